@@ -1,0 +1,47 @@
+"""shmvec: fast, dependable vectorized RL environments over shared memory.
+
+- :class:`ShmPoolVecEnv` - a Stable-Baselines3 ``VecEnv`` (needs ``shmvec[sb3]``).
+- :class:`ShmPool` - the engine both adapters share.
+"""
+
+from shmvec.errors import (
+    ClosedEnvError,
+    EnvError,
+    InvalidActionError,
+    RemoteTraceback,
+    SharedMemoryCapacityError,
+    ShmVecError,
+    SpaceMismatchError,
+    StepStateError,
+    StepTimeoutError,
+    UnsupportedSpaceError,
+    WorkerDiedError,
+)
+from shmvec.pool import ShmPool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ShmPool",
+    "ShmPoolVecEnv",
+    "ClosedEnvError",
+    "EnvError",
+    "InvalidActionError",
+    "RemoteTraceback",
+    "SharedMemoryCapacityError",
+    "ShmVecError",
+    "SpaceMismatchError",
+    "StepStateError",
+    "StepTimeoutError",
+    "UnsupportedSpaceError",
+    "WorkerDiedError",
+]
+
+
+def __getattr__(name: str):
+    # Adapters import their framework lazily: `import shmvec` needs neither SB3 nor torch.
+    if name == "ShmPoolVecEnv":
+        from shmvec.sb3 import ShmPoolVecEnv
+
+        return ShmPoolVecEnv
+    raise AttributeError(f"module 'shmvec' has no attribute {name!r}")

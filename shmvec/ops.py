@@ -1,0 +1,78 @@
+"""Picklable operations the adapters run on envs inside the workers (rare path)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+
+@dataclass(frozen=True)
+class GetWrapperAttr:
+    """``env.get_wrapper_attr(name)`` (SB3 ``get_attr``)."""
+
+    name: str
+
+    def __call__(self, env: gym.Env) -> Any:
+        return env.get_wrapper_attr(self.name)
+
+
+@dataclass(frozen=True)
+class HasWrapperAttr:
+    """Whether ``env.get_wrapper_attr(name)`` succeeds, computed where the value lives."""
+
+    name: str
+
+    def __call__(self, env: gym.Env) -> bool:
+        try:
+            env.get_wrapper_attr(self.name)
+        except AttributeError:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class SetAttr:
+    """``setattr(env, name, value)`` on the outermost wrapper (SB3 ``set_attr``)."""
+
+    name: str
+    value: Any
+
+    def __call__(self, env: gym.Env) -> None:
+        setattr(env, self.name, self.value)
+
+
+@dataclass(frozen=True)
+class CallMethod:
+    """``env.get_wrapper_attr(name)(*args, **kwargs)`` (SB3 ``env_method``)."""
+
+    name: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def __call__(self, env: gym.Env) -> Any:
+        return env.get_wrapper_attr(self.name)(*self.args, **self.kwargs)
+
+
+@dataclass(frozen=True)
+class IsWrapped:
+    """Whether ``env`` is wrapped by ``wrapper_class`` anywhere in its wrapper stack."""
+
+    wrapper_class: type
+
+    def __call__(self, env: gym.Env) -> bool:
+        current = env
+        while isinstance(current, gym.Wrapper):
+            if isinstance(current, self.wrapper_class):
+                return True
+            current = current.env
+        return False
+
+
+@dataclass(frozen=True)
+class Render:
+    """``env.render()``."""
+
+    def __call__(self, env: gym.Env) -> Any:
+        return env.render()

@@ -1,0 +1,111 @@
+"""What the main process and a worker say to each other.
+
+The per-step path uses only two int64 cells of the control block (``layout.CTRL_*``)
+and two semaphores; everything below the enums is a rare message pickled through the
+worker's pipe: start-up, reset, attribute/method calls, non-empty infos and errors.
+"""
+
+from __future__ import annotations
+
+import enum
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode
+
+
+class Command(enum.IntEnum):
+    """Written by the main process in the worker's control row before posting to it."""
+
+    STEP = 1  # step the shard with the actions in shared memory
+    MESSAGE = 2  # a request object follows on the pipe
+    CLOSE = 3  # close the envs and exit
+
+
+class Status(enum.IntEnum):
+    """Written by the worker before it posts ``done``."""
+
+    OK = 0  # nothing follows
+    REPLY = 1  # one reply object follows on the pipe
+    ERROR = 2  # an ErrorReport follows on the pipe
+
+
+# ---- start-up -----------------------------------------------------------------------
+
+
+@dataclass
+class Hello:
+    """First message of a worker: what its envs look like."""
+
+    worker: int
+    spaces: list[tuple[gym.Space, gym.Space]]  # (observation_space, action_space) per env
+    metadata: dict[str, Any]
+    render_mode: str | None
+    spec: Any  # gym.envs.registration.EnvSpec | None
+
+
+@dataclass
+class Attach:
+    """Main -> worker once: where the shared buffers are and how to auto-reset."""
+
+    arena_name: str
+    layout: Any  # layout.ArenaLayout
+    autoreset_mode: AutoresetMode
+
+
+# ---- requests (main -> worker) and replies ------------------------------------------
+
+
+@dataclass
+class Reset:
+    """Reset the envs named in ``kwargs`` with exactly those keyword arguments."""
+
+    kwargs: dict[int, dict[str, Any]]  # global env index -> env.reset(**kwargs)
+
+
+@dataclass
+class RunOps:
+    """Apply ``ops[i](env_i)`` to each named env and reply ``{i: result}``."""
+
+    ops: dict[int, Callable[[gym.Env], Any]]
+
+
+class StepInfo(NamedTuple):
+    """Sent for an env whose step produced a non-empty info or ended an episode."""
+
+    env_index: int
+    info: dict[str, Any]  # what the env returned last (its reset info if it auto-reset)
+    final_obs: Any = None  # SAME_STEP mode, episode ended: the last observation ...
+    final_info: dict[str, Any] | None = None  # ... and the step info that came with it
+
+
+@dataclass
+class ErrorReport:
+    """An exception raised in a worker, ready to be re-raised in the main process."""
+
+    worker: int
+    env_index: int | None
+    exc_type: str
+    message: str
+    traceback: str
+    exception: Any = field(default=None)  # the exception itself when it pickles
+
+    @classmethod
+    def capture(cls, worker: int, env_index: int | None, exc: BaseException) -> ErrorReport:
+        import pickle
+
+        try:
+            pickle.loads(pickle.dumps(exc))  # only ship it if it survives the trip
+            shipped = exc
+        except Exception:
+            shipped = None
+        return cls(
+            worker=worker,
+            env_index=env_index,
+            exc_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+            message=str(exc),
+            traceback="".join(traceback.format_exception(exc)),
+            exception=shipped,
+        )

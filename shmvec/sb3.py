@@ -1,0 +1,215 @@
+"""``ShmPoolVecEnv``: the shared-memory pool as a Stable-Baselines3 ``VecEnv``."""
+
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from shmvec import ops
+from shmvec.errors import InvalidActionError
+from shmvec.pool import DEFAULT_SPIN, ShmPool
+
+try:
+    from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+    from stable_baselines3.common.vec_env.patch_gym import _patch_env
+    from stable_baselines3.common.vec_env.util import obs_space_info
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "ShmPoolVecEnv needs stable-baselines3: pip install 'shmvec[sb3]' (or use shmvec.ShmVectorEnv)"
+    ) from exc
+
+
+class ShmPoolVecEnv(VecEnv):
+    """A drop-in replacement for SB3's ``SubprocVecEnv``/``DummyVecEnv`` backed by shared memory.
+
+    ``len(env_fns)`` envs run in ``n_workers`` processes; observations, rewards and dones are
+    written by the workers straight into shared numpy buffers, so a step pickles nothing
+    unless an env returns a non-empty info or ends an episode. With the same seeds and
+    actions it returns exactly what ``DummyVecEnv`` returns (same-step auto-reset,
+    ``terminal_observation`` and ``TimeLimit.truncated`` infos, ``reset_infos``).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from shmvec import ShmPoolVecEnv
+        >>> with ShmPoolVecEnv([lambda: gym.make("CartPole-v1")] * 8, n_workers=2) as env:
+        ...     obs = env.reset()
+        ...     obs, rewards, dones, infos = env.step(np.zeros(8, dtype=np.int64))
+        >>> obs.shape
+        (8, 4)
+
+    Args:
+        env_fns: callables that each build a new Gymnasium env (lambdas are fine).
+        n_workers: worker processes; default ``min(len(env_fns), os.cpu_count())``. Shards
+            need not be even. ``n_workers=len(env_fns)`` gives one env per process.
+        start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default forkserver where
+            available, as SB3. Non-fork methods need the ``if __name__ == "__main__":`` guard.
+        timeout: seconds to wait for the workers before raising
+            :class:`~shmvec.errors.StepTimeoutError`; default ``None`` waits while they live.
+        worker_threads: torch/OpenMP/BLAS threads per worker (default 1); ``None`` leaves them.
+        max_spin: upper bound in seconds of the adaptive spin-wait before blocking.
+
+    Actions are converted to the action space's dtype before they reach the envs
+    (``DummyVecEnv`` passes them as given); pass integer actions for integer spaces.
+    Returned observations are copies: they never change when the next step runs.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        n_workers: int | None = None,
+        start_method: str | None = None,
+        *,
+        timeout: float | None = None,
+        worker_threads: int | None = 1,
+        max_spin: float = DEFAULT_SPIN,
+    ):
+        self._pool = ShmPool(
+            env_fns,
+            n_workers,
+            start_method=start_method,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+            timeout=timeout,
+            worker_threads=worker_threads,
+            env_wrapper=_patch_env,
+            max_spin=max_spin,
+        )
+        try:
+            observation_space = self._pool.single_observation_space
+            self.keys, _, _ = obs_space_info(observation_space)  # SB3's own check: no nested spaces
+            self._obs_views = [(key, self._pool.obs_leaves[() if key is None else (key,)]) for key in self.keys]
+            (self._action_path, self._action_view), *more = self._pool.action_leaves.items()
+            if more or self._action_path != ():
+                raise TypeError(
+                    f"SB3 VecEnvs need a flat action space, got {self._pool.single_action_space}"
+                )
+            super().__init__(len(env_fns), observation_space, self._pool.single_action_space)
+        except BaseException:
+            self._pool.close()
+            raise
+        self.metadata = self._pool.env_metadata  # as DummyVecEnv
+        self.n_workers = self._pool.n_workers
+
+    # -- stepping ------------------------------------------------------------------
+
+    def step_async(self, actions: np.ndarray) -> None:
+        view = self._action_view
+        actions = np.asarray(actions)
+        if actions.shape != view.shape:
+            raise InvalidActionError(
+                f"expected actions of shape {view.shape} (num_envs={self.num_envs}, "
+                f"action_space {self.action_space}), got shape {actions.shape}"
+            )
+        if not np.can_cast(actions.dtype, view.dtype, casting="same_kind"):
+            raise InvalidActionError(
+                f"actions of dtype {actions.dtype} cannot be converted to the action space's "
+                f"dtype {view.dtype} without changing their kind; pass {view.dtype} actions"
+            )
+        self._pool.ensure_can_step()
+        view[...] = actions
+        self._pool.step_async()
+
+    def step_wait(self) -> VecEnvStepReturn:
+        pool = self._pool
+        sent = pool.step_wait()
+        terminated, truncated = pool.terminated, pool.truncated
+        dones = terminated | truncated
+        infos: list[dict[str, Any]] = [None] * self.num_envs  # type: ignore[list-item]
+        for record in sent:
+            i = record.env_index
+            if record.final_info is not None:  # the episode ended and the env auto-reset
+                info = record.final_info
+                info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+                info["terminal_observation"] = record.final_obs
+                self.reset_infos[i] = record.info
+            else:
+                info = record.info
+                info["TimeLimit.truncated"] = False
+            infos[i] = info
+        for i, info in enumerate(infos):
+            if info is None:
+                infos[i] = {"TimeLimit.truncated": False}
+        return self._obs_copy(), pool.rewards.astype(np.float32), dones, infos
+
+    def reset(self) -> VecEnvObs:
+        kwargs = {}
+        for i in range(self.num_envs):
+            kwargs[i] = {"seed": self._seeds[i]}
+            if self._options[i]:
+                kwargs[i]["options"] = self._options[i]
+        reset_infos = self._pool.reset(kwargs)
+        self.reset_infos = [reset_infos[i] for i in range(self.num_envs)]
+        self._reset_seeds()
+        self._reset_options()
+        return self._obs_copy()
+
+    def _obs_copy(self) -> VecEnvObs:
+        if self.keys == [None]:
+            return self._obs_views[0][1].copy()
+        copies = OrderedDict((key, view.copy()) for key, view in self._obs_views)
+        if isinstance(self.observation_space, gym.spaces.Tuple):
+            return tuple(copies.values())
+        return copies
+
+    # -- rare calls ----------------------------------------------------------------
+
+    def _run(self, op: Callable[[gym.Env], Any], indices: VecEnvIndices) -> list[Any]:
+        targets = self._indices(indices)
+        results = self._pool.run({i: op for i in targets})
+        return [results[i] for i in targets]
+
+    def _indices(self, indices: VecEnvIndices) -> list[int]:
+        targets = []
+        for i in self._get_indices(indices):
+            i = int(i)
+            if not -self.num_envs <= i < self.num_envs:
+                raise IndexError(f"env index {i} out of range for {self.num_envs} envs")
+            targets.append(i % self.num_envs)
+        return targets
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        """Return attribute from vectorized environment (see base class)."""
+        return self._run(ops.GetWrapperAttr(attr_name), indices)
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """Set attribute inside vectorized environments (see base class)."""
+        self._run(ops.SetAttr(attr_name, value), indices)
+
+    def has_attr(self, attr_name: str) -> bool:
+        """Whether every env has the attribute, checked inside the workers."""
+        return all(self._run(ops.HasWrapperAttr(attr_name), None))
+
+    def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs) -> list[Any]:
+        """Call instance methods of vectorized environments."""
+        return self._run(ops.CallMethod(method_name, method_args, method_kwargs), indices)
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        """Check if worker environments are wrapped with a given wrapper."""
+        return self._run(ops.IsWrapped(wrapper_class), indices)
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images."
+            )
+            return [None for _ in range(self.num_envs)]
+        return self._run(ops.Render(), None)
+
+    def close(self) -> None:
+        """Close the envs, stop the workers and release the shared memory. Safe to call twice."""
+        self._pool.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._pool.closed
+
+    def __enter__(self) -> ShmPoolVecEnv:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
