@@ -1,6 +1,7 @@
 """shmvec: fast, dependable vectorized RL environments over shared memory.
 
 - :class:`ShmPoolVecEnv` - a Stable-Baselines3 ``VecEnv`` (needs ``shmvec[sb3]``).
+- :class:`ShmVectorEnv` / :func:`make_vec` - a Gymnasium ``VectorEnv``.
 - :class:`ShmPool` - the engine both adapters share.
 """
 
@@ -9,6 +10,7 @@ from shmvec.errors import (
     EnvError,
     InvalidActionError,
     RemoteTraceback,
+    ResetNeededError,
     SharedMemoryCapacityError,
     ShmVecError,
     SpaceMismatchError,
@@ -18,16 +20,20 @@ from shmvec.errors import (
     WorkerDiedError,
 )
 from shmvec.pool import ShmPool
+from shmvec.vector import ShmVectorEnv, make_vec
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ShmPool",
     "ShmPoolVecEnv",
+    "ShmVectorEnv",
+    "make_vec",
     "ClosedEnvError",
     "EnvError",
     "InvalidActionError",
     "RemoteTraceback",
+    "ResetNeededError",
     "SharedMemoryCapacityError",
     "ShmVecError",
     "SpaceMismatchError",

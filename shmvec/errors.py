@@ -8,6 +8,7 @@
     ├── InvalidActionError         actions of the wrong count/shape/dtype    (also ValueError)
     ├── ClosedEnvError             the vector env was used after close()
     ├── StepStateError             step_wait without step_async, or twice step_async
+    │   └── ResetNeededError       DISABLED autoreset: stepping an env whose episode ended (also AssertionError)
     ├── SharedMemoryCapacityError  /dev/shm cannot hold the buffers          (also MemoryError)
     ├── EnvError                   an env raised and its exception could not be sent back as itself
     ├── WorkerDiedError            a worker process exited or was killed
@@ -46,6 +47,13 @@ class ClosedEnvError(ShmVecError):
 
 class StepStateError(ShmVecError):
     """``step_wait`` called with no pending step, or ``step_async`` called twice."""
+
+
+class ResetNeededError(StepStateError, AssertionError):
+    """With autoreset disabled, ``step`` was called on envs whose episode ended and were not reset.
+
+    ``SyncVectorEnv`` fails here with an ``AssertionError``, hence the second base.
+    """
 
 
 class SharedMemoryCapacityError(ShmVecError, MemoryError):

@@ -76,3 +76,27 @@ class Render:
 
     def __call__(self, env: gym.Env) -> Any:
         return env.render()
+
+
+@dataclass(frozen=True)
+class CallOrGet:
+    """``env.get_wrapper_attr(name)``, called with the arguments if callable (Gymnasium ``VectorEnv.call``)."""
+
+    name: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def __call__(self, env: gym.Env) -> Any:
+        attr = env.get_wrapper_attr(self.name)
+        return attr(*self.args, **self.kwargs) if callable(attr) else attr
+
+
+@dataclass(frozen=True)
+class SetWrapperAttr:
+    """``env.set_wrapper_attr(name, value)`` (Gymnasium ``VectorEnv.set_attr``)."""
+
+    name: str
+    value: Any
+
+    def __call__(self, env: gym.Env) -> None:
+        env.set_wrapper_attr(self.name, self.value)

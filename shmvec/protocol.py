@@ -8,12 +8,15 @@ worker's pipe: start-up, reset, attribute/method calls, non-empty infos and erro
 from __future__ import annotations
 
 import enum
+import pickle
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
+
+from shmvec.errors import EnvError
 
 
 class Command(enum.IntEnum):
@@ -90,15 +93,15 @@ class ErrorReport:
     exc_type: str
     message: str
     traceback: str
-    exception: Any = field(default=None)  # the exception itself when it pickles
+    # The pickled exception when it survives the trip; kept as bytes so that a class the
+    # main process cannot import degrades to EnvError instead of breaking the report.
+    exception: bytes | None = field(default=None)
 
     @classmethod
     def capture(cls, worker: int, env_index: int | None, exc: BaseException) -> ErrorReport:
-        import pickle
-
         try:
-            pickle.loads(pickle.dumps(exc))  # only ship it if it survives the trip
-            shipped = exc
+            shipped: bytes | None = pickle.dumps(exc)
+            pickle.loads(shipped)  # e.g. a custom __init__ signature fails only here
         except Exception:
             shipped = None
         return cls(
@@ -109,3 +112,14 @@ class ErrorReport:
             traceback="".join(traceback.format_exception(exc)),
             exception=shipped,
         )
+
+    def rebuild(self) -> BaseException:
+        """The original exception if it unpickles here, else an :class:`EnvError` carrying its text."""
+        if self.exception is not None:
+            try:
+                exc = pickle.loads(self.exception)
+                if isinstance(exc, BaseException):
+                    return exc
+            except Exception:
+                pass
+        return EnvError(f"{self.exc_type}: {self.message}")

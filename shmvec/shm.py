@@ -33,14 +33,19 @@ def unique_name(kind: str) -> str:
     return f"shmvec_{os.getpid()}_{kind}_{secrets.token_hex(4)}"
 
 
-def check_capacity(nbytes: int) -> None:
-    """Raise :class:`SharedMemoryCapacityError` if ``/dev/shm`` has less than ``nbytes`` free."""
+def free_bytes() -> int | None:
+    """Bytes free in ``/dev/shm``, or None where there is no such mount (not Linux)."""
     try:
         stat = os.statvfs(SHM_DIR)
-    except OSError:  # no /dev/shm (not Linux): let shm_open decide
-        return
-    free = stat.f_bavail * stat.f_frsize
-    if free < nbytes:
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def check_capacity(nbytes: int) -> None:
+    """Raise :class:`SharedMemoryCapacityError` if ``/dev/shm`` has less than ``nbytes`` free."""
+    free = free_bytes()
+    if free is not None and free < nbytes:
         raise SharedMemoryCapacityError(_capacity_message(nbytes, free))
 
 
@@ -61,7 +66,7 @@ class OwnedArena:
         self._shm = shared_memory.SharedMemory(name=unique_name("arena"), create=True, size=nbytes)
         self.name: str = self._shm.name
         self.nbytes = nbytes
-        self._finalizer = weakref.finalize(self, _release, self._shm)
+        self._finalizer = weakref.finalize(self, _release, self._shm, os.getpid())
         try:
             # Reserve the pages now: tmpfs otherwise allocates on first touch and a full
             # /dev/shm then kills the toucher with SIGBUS.
@@ -79,7 +84,9 @@ class OwnedArena:
         self._finalizer()
 
 
-def _release(shm: shared_memory.SharedMemory) -> None:
+def _release(shm: shared_memory.SharedMemory, owner_pid: int) -> None:
+    if os.getpid() != owner_pid:
+        return  # a forked child's copy: the segment is the parent's to unlink
     try:
         shm.close()
     except BufferError:

@@ -4,9 +4,10 @@ A :class:`Signal` is a counting semaphore one side posts and the other waits on.
 Waiting is *spin-then-block*: poll the semaphore's value for a short, adaptive time
 budget (a wake-up costs ~2 µs when the peer answers within it) and then fall back to a
 blocking ``sem_timedwait`` (~25-40 µs to wake, but it frees the core). The budget
-adapts per signal: it grows while waits end during the spin and collapses when they
-do not, so a waiter never keeps burning a core that the peer it waits for needs,
-which is what makes pure spinning catastrophic when processes outnumber cores.
+adapts per signal to the recent wait durations: about twice the typical wait when
+that is below ``max_spin``, otherwise zero. Spinning yields the core on every turn, so
+a spinner sharing a core with the peer it waits for does not starve it (pure
+spinning is catastrophic when processes outnumber cores).
 
 The owner (main process) creates and unlinks every semaphore and registers it with
 Python's resource tracker so a SIGKILLed owner still leaves nothing in /dev/shm.
@@ -14,6 +15,7 @@ Python's resource tracker so a SIGKILLed owner still leaves nothing in /dev/shm.
 
 from __future__ import annotations
 
+import os
 import time
 from multiprocessing import resource_tracker
 
@@ -22,6 +24,7 @@ import posix_ipc
 from shmvec.shm import unique_name
 
 _perf_counter = time.perf_counter
+_sched_yield = os.sched_yield
 
 
 class Signal:
@@ -38,6 +41,7 @@ class Signal:
         self._owner = owner
         self.max_spin = max_spin
         self._spin = max_spin  # current adaptive budget
+        self._typical = 0.0  # moving average of recent wait durations
 
     @classmethod
     def create(cls, max_spin: float = 0.0) -> Signal:
@@ -55,29 +59,41 @@ class Signal:
     def wait(self, timeout: float) -> bool:
         """Take one post, spinning first; False if none came within ``timeout`` seconds."""
         sem = self._sem
-        if self._spin > 0.0:
-            start = _perf_counter()
-            end = start + self._spin
+        start = _perf_counter()
+        if sem.value:  # already posted: the cheapest case
+            try:
+                sem.acquire(0)
+                return True
+            except posix_ipc.BusyError:
+                pass
+        spin = self._spin
+        if spin > 0.0:
+            end = start + spin
             while True:
                 if sem.value:
                     try:
                         sem.acquire(0)
                     except posix_ipc.BusyError:  # another taker won; keep going
                         continue
-                    # Answered while spinning: allow a little more next time.
-                    self._spin = min(self.max_spin, self._spin * 2.0)
+                    self._learn(_perf_counter() - start)
                     return True
-                if _perf_counter() >= end:
+                now = _perf_counter()
+                if now >= end:
                     break
-            timeout = max(0.0, timeout - (_perf_counter() - start))
+                _sched_yield()  # polite: lets a peer sharing this core run
+            timeout = max(0.0, timeout - (now - start))
         try:
             sem.acquire(timeout)
         except posix_ipc.BusyError:
             return False
-        if self.max_spin > 0.0:
-            # Blocking was needed: the peer is slow or shares our core. Spin less.
-            self._spin = max(self.max_spin / 64.0, self._spin * 0.5)
+        self._learn(_perf_counter() - start)
         return True
+
+    def _learn(self, waited: float) -> None:
+        # Spin for about twice the typical wait when that is short; waits longer than
+        # max_spin (the peer is busy for long, or needs our core) are cheaper blocked.
+        self._typical += 0.25 * (waited - self._typical)
+        self._spin = 2.0 * self._typical if 2.0 * self._typical <= self.max_spin else 0.0
 
     def drain(self) -> int:
         """Take every pending post without waiting; return how many there were."""

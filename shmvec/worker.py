@@ -18,10 +18,10 @@ from typing import Any, Callable
 import cloudpickle
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
-from shmvec.protocol import Attach, Command, ErrorReport, Hello, Reset, RunOps, Status, StepInfo
+from shmvec.protocol import Attach, Command, ErrorReport, Status
+from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.shm import attach
 from shmvec.sync import Signal
 
@@ -32,6 +32,8 @@ THREAD_ENV_VARS = (
     "NUMEXPR_NUM_THREADS",
     "VECLIB_MAXIMUM_THREADS",
 )
+# Plain ints for the hot path: attribute access on an IntEnum member costs ~1 µs.
+_COMMAND_STEP, _STATUS_OK, _STATUS_REPLY = int(Command.STEP), int(Status.OK), int(Status.REPLY)
 PARENT_CHECK_INTERVAL = 1.0  # seconds a worker blocks before checking its parent is alive
 
 
@@ -50,113 +52,30 @@ def dumps(obj: Any) -> bytes:
     try:
         return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
-        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-class Shard:
-    """The envs of one worker, wired to their rows of the shared buffers."""
-
-    def __init__(self, envs: list[gym.Env], start: int, arena_views: dict[str, np.ndarray], attach_msg: Attach):
-        layout: lay.ArenaLayout = attach_msg.layout
-        self.envs = envs
-        self.start = start
-        self.stop = start + len(envs)
-        self.reward = arena_views["reward"]
-        self.terminated = arena_views["terminated"]
-        self.truncated = arena_views["truncated"]
-        self.autoreset = [False] * len(envs)  # NEXT_STEP: env j resets on its next step
-        self.mode = attach_msg.autoreset_mode
-        self._obs_leaves = [(arena_views[lay.obs_field(leaf.path)], leaf.path) for leaf in layout.obs_leaves]
-        self._action_leaves = [(arena_views[lay.action_field(leaf.path)], leaf.path) for leaf in layout.action_leaves]
-        self._flat_obs = self._obs_leaves[0][0] if self._obs_leaves[0][1] == () else None
-
-    # -- buffers -------------------------------------------------------------------
-
-    def write_obs(self, i: int, obs: Any) -> None:
-        if self._flat_obs is not None:
-            self._flat_obs[i] = obs
-        else:
-            for view, path in self._obs_leaves:
-                view[i] = lay.get_path(obs, path)
-
-    def read_actions(self, action_space: gym.Space) -> list[Any]:
-        """This shard's actions, copied out of shared memory (an env may keep them)."""
-        s, e = self.start, self.stop
-        if len(self._action_leaves) == 1 and self._action_leaves[0][1] == ():
-            return list(self._action_leaves[0][0][s:e].copy())
-        columns = {path: view[s:e].copy() for view, path in self._action_leaves}
-        return [lay.unflatten(action_space, {p: col[j] for p, col in columns.items()}) for j in range(e - s)]
-
-    # -- commands ------------------------------------------------------------------
-
-    def step(self, actions: list[Any]) -> list[StepInfo]:
-        """Step every env of the shard in place; return the infos worth sending."""
-        infos: list[StepInfo] = []
-        reward, terminated, truncated = self.reward, self.terminated, self.truncated
-        write_obs, start, autoreset = self.write_obs, self.start, self.autoreset
-        same_step = self.mode == AutoresetMode.SAME_STEP
-        next_step = self.mode == AutoresetMode.NEXT_STEP
-        i = start
         try:
-            for j, env in enumerate(self.envs):
-                i = start + j
-                if next_step and autoreset[j]:
-                    obs, info = env.reset()
-                    rew, term, trunc = 0.0, False, False
-                else:
-                    obs, rew, term, trunc, info = env.step(actions[j])
-                reward[i] = rew
-                terminated[i] = term
-                truncated[i] = trunc
-                if term or trunc:
-                    if same_step:
-                        final_obs, final_info = obs, info
-                        obs, info = env.reset()
-                        infos.append(StepInfo(i, info, final_obs, final_info))
-                    else:
-                        autoreset[j] = next_step
-                        if info:
-                            infos.append(StepInfo(i, info))
-                else:
-                    autoreset[j] = False
-                    if info:
-                        infos.append(StepInfo(i, info))
-                write_obs(i, obs)
-        except Exception as exc:  # zero-cost until raised (3.11)
-            raise EnvFailed(i) from exc
-        return infos
-
-    def reset(self, request: Reset) -> dict[int, dict[str, Any]]:
-        infos = {}
-        i = None
-        try:
-            for i, kwargs in request.kwargs.items():
-                j = i - self.start
-                obs, infos[i] = self.envs[j].reset(**kwargs)
-                self.write_obs(i, obs)
-                self.autoreset[j] = False
-                self.terminated[i] = self.truncated[i] = False
+            return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
-            raise EnvFailed(i) from exc
-        return infos
+            _blame_unpicklable(obj, exc)
+            raise
 
-    def run_ops(self, request: RunOps) -> dict[int, Any]:
-        results = {}
-        i = None
+
+def _blame_unpicklable(reply: Any, exc: Exception) -> None:
+    """Raise EnvFailed for the env whose value in ``reply`` cannot be sent, with a note saying so."""
+    if isinstance(reply, dict):  # reset / run_ops reply: {env index: value}
+        items = [(i, value, "returned a value") for i, value in reply.items()]
+    elif isinstance(reply, list):  # step reply: [StepInfo, ...]
+        items = [(info.env_index, info, "returned an info dict") for info in reply]
+    else:
+        return
+    for i, value, what in items:
         try:
-            for i, op in request.ops.items():
-                results[i] = op(self.envs[i - self.start])
-        except Exception as exc:
-            raise EnvFailed(i) from exc
-        return results
-
-
-class EnvFailed(Exception):
-    """Raised by :class:`Shard` when env ``env_index`` raised; the env's exception is ``__cause__``."""
-
-    def __init__(self, env_index: int | None):
-        super().__init__(env_index)
-        self.env_index = env_index
+            cloudpickle.dumps(value)
+        except Exception as cause:
+            cause.add_note(
+                f"shmvec: env {i} {what} that cannot be pickled, so it cannot be sent to the main "
+                f"process ({type(exc).__name__}: {exc}); return picklable values from the envs"
+            )
+            raise EnvFailed(i) from cause
 
 
 def worker_main(
@@ -168,6 +87,7 @@ def worker_main(
     done_name: str,
     max_spin: float,
     n_threads: int | None,
+    main_pid: int,
 ) -> None:
     """Entry point of a worker process (see :mod:`shmvec.pool` for the data flow)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
@@ -175,30 +95,23 @@ def worker_main(
     cmd, done = Signal.open(cmd_name, max_spin), Signal.open(done_name)
     envs: list[gym.Env] = []
     try:
-        env_index = first_env
         try:
             env_fns, env_wrapper = cloudpickle.loads(env_fns_blob)
-            for env_index, env_fn in enumerate(env_fns, start=first_env):
-                env = env_fn()
-                envs.append(env_wrapper(env) if env_wrapper is not None else env)
-            _check_distinct(envs, first_env)
-            first = envs[0]
-            hello = Hello(
-                worker,
-                [(env.observation_space, env.action_space) for env in envs],
-                first.metadata,
-                first.render_mode,
-                _picklable_or_none(first.spec),
-            )
+            envs = build_envs(env_fns, env_wrapper, first_env, where=f"worker {worker}")
+            hello = describe_envs(worker, envs)
+        except EnvFailed as failure:
+            conn.send_bytes(dumps(ErrorReport.capture(worker, failure.env_index, failure.__cause__)))
+            return
         except Exception as exc:
-            conn.send_bytes(dumps(ErrorReport.capture(worker, env_index, exc)))
+            conn.send_bytes(dumps(ErrorReport.capture(worker, None, exc)))
             return
         conn.send_bytes(dumps(hello))
-        attach_msg: Attach = pickle.loads(conn.recv_bytes())
+        parent_alive = _parent_watch(main_pid)
+        attach_msg: Attach = pickle.loads(_recv_unless_orphaned(conn, parent_alive))
         arena = attach(attach_msg.arena_name, attach_msg.layout.nbytes)
         views = attach_msg.layout.views(arena)
-        shard = Shard(envs, first_env, views, attach_msg)
-        _serve(worker, conn, cmd, done, shard, views["ctrl"], envs[0].action_space)
+        shard = Shard(envs, first_env, views, attach_msg.layout, attach_msg.autoreset_mode, envs[0].action_space)
+        _serve(worker, conn, cmd, done, shard, views["ctrl"], parent_alive)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the main process went away; nobody is left to tell
     finally:
@@ -211,33 +124,53 @@ def worker_main(
         done.close()
 
 
-def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, ctrl: np.ndarray, action_space) -> None:
+def _parent_watch(main_pid: int) -> Callable[[], bool]:
+    """A cheap test that the main process still lives.
+
+    The parent sentinel alone is not enough under fork: siblings forked later inherit
+    its write end, so it only closes when they exit too. A forked (or spawned) worker is
+    re-parented when the main process dies, which ``getppid`` shows at once.
+    """
     parent = mp.parent_process()
+    direct = os.getppid() == main_pid  # False under forkserver: the server is our parent
+
+    def alive() -> bool:
+        if direct and os.getppid() != main_pid:
+            return False
+        return parent is None or parent.is_alive()
+
+    return alive
+
+
+def _recv_unless_orphaned(conn: mp.connection.Connection, parent_alive: Callable[[], bool]) -> bytes:
+    while not conn.poll(PARENT_CHECK_INTERVAL):
+        if not parent_alive():
+            raise EOFError("the main process died")
+    return conn.recv_bytes()
+
+
+def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, ctrl: np.ndarray, parent_alive) -> None:
     row = ctrl[worker]
     while True:
         if not cmd.wait(PARENT_CHECK_INTERVAL):
-            if parent is not None and not parent.is_alive():
+            if not parent_alive():
                 return  # orphaned: the main process died without closing us
             continue
         command = row[lay.CTRL_COMMAND]
         payload: Any = None
         try:
-            if command == Command.STEP:
-                actions = shard.read_actions(action_space)
-                payload = shard.step(actions) or None
+            if command == _COMMAND_STEP:
+                payload = shard.step(shard.read_actions()) or None
             elif command == Command.MESSAGE:
                 request = pickle.loads(conn.recv_bytes())
-                if isinstance(request, Reset):
-                    payload = shard.reset(request)
-                else:
-                    payload = shard.run_ops(request)
+                payload = shard.handle(request)
             elif command == Command.CLOSE:
                 row[lay.CTRL_STATUS] = Status.OK
                 done.post()
                 return
             else:
                 raise RuntimeError(f"unknown command {command}")
-            status = Status.OK if payload is None else Status.REPLY
+            status = _STATUS_OK if payload is None else _STATUS_REPLY
             blob = dumps(payload) if payload is not None else b""
         except EnvFailed as failure:
             report = ErrorReport.capture(worker, failure.env_index, failure.__cause__)
@@ -246,24 +179,5 @@ def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, ctrl: np.ndarr
             status, blob = Status.ERROR, dumps(ErrorReport.capture(worker, None, exc))
         row[lay.CTRL_STATUS] = status
         done.post()  # before sending: a large payload must not block on a full pipe
-        if status != Status.OK:
+        if status != _STATUS_OK:
             conn.send_bytes(blob)
-
-
-def _check_distinct(envs: list[gym.Env], first_env: int) -> None:
-    seen: dict[int, int] = {}
-    for j, env in enumerate(envs):
-        other = seen.setdefault(id(env.unwrapped), j)
-        if other != j:
-            raise ValueError(
-                f"env_fns[{first_env + other}] and env_fns[{first_env + j}] returned the same env instance. "
-                "Each env_fn must create a new env (e.g. `lambda: gym.make(...)`), not return a shared one."
-            )
-
-
-def _picklable_or_none(obj: Any) -> Any:
-    try:
-        pickle.dumps(obj)
-        return obj
-    except Exception:
-        return None
