@@ -42,6 +42,7 @@ class Impl:
         api: ``"sb3"`` (``step`` returns 4 values, ``seed()`` then ``reset()``) or ``"gym"``.
         uses_k: takes a worker count K; otherwise K is ignored (and reported as ``-``).
         procs_per_env: starts one process per env (N processes).
+        transport: how observations reach the main process.
     """
 
     name: str
@@ -49,6 +50,7 @@ class Impl:
     api: str
     uses_k: bool
     procs_per_env: bool
+    transport: str
     _build: Callable[[list, int | None], Any]
 
     def missing(self) -> str | None:
@@ -112,12 +114,12 @@ def _async(env_fns, k):
 IMPLS: dict[str, Impl] = {
     impl.name: impl
     for impl in [
-        Impl("shm_sb3", "shmvec ShmPoolVecEnv", "sb3", True, False, _shm_sb3),
-        Impl("shm_gym", "shmvec ShmVectorEnv", "gym", True, False, _shm_gym),
-        Impl("dummy", "SB3 DummyVecEnv", "sb3", False, False, _dummy),
-        Impl("subproc", "SB3 SubprocVecEnv", "sb3", False, True, _subproc),
-        Impl("sync", "Gymnasium SyncVectorEnv", "gym", False, False, _sync),
-        Impl("async", "Gymnasium AsyncVectorEnv(shm)", "gym", False, True, _async),
+        Impl("shm_sb3", "shmvec ShmPoolVecEnv", "sb3", True, False, "shared memory", _shm_sb3),
+        Impl("shm_gym", "shmvec ShmVectorEnv", "gym", True, False, "shared memory", _shm_gym),
+        Impl("dummy", "SB3 DummyVecEnv", "sb3", False, False, "in-process copy", _dummy),
+        Impl("subproc", "SB3 SubprocVecEnv", "sb3", False, True, "pickled over pipes", _subproc),
+        Impl("sync", "Gymnasium SyncVectorEnv", "gym", False, False, "in-process copy", _sync),
+        Impl("async", "Gymnasium AsyncVectorEnv(shm)", "gym", False, True, "shared memory (infos pickled)", _async),
     ]
 }
 SHMVEC = ("shm_sb3", "shm_gym")

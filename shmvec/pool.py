@@ -118,7 +118,8 @@ class ShmPool:
                 f"n_workers must be an int between {lowest} and {highest} for {self.num_envs} envs"
                 f"{' with main_shard=True' if main_shard else ''}, got {n_workers!r}"
             )
-        start_method = start_method or default_start_method()
+        if start_method is None:  # only None means "the default": "" is a typo, as for mp.get_context
+            start_method = default_start_method()
         if start_method not in mp.get_all_start_methods():
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}")
         if timeout is not None and timeout <= 0:

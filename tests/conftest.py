@@ -12,12 +12,17 @@ SHM_DIR = "/dev/shm"
 
 
 def shm_entries() -> set[str]:
-    """Our segments and semaphores in /dev/shm (semaphores show up as sem.<name>)."""
+    """Our segments and semaphores in /dev/shm (semaphores show up as sem.<name>).
+
+    Only this process's (names embed the owner's pid): other test runs or benchmarks on
+    the same machine must not make our tests fail.
+    """
     try:
         names = os.listdir(SHM_DIR)
     except FileNotFoundError:
         return set()
-    return {n for n in names if n.startswith("shmvec_") or n.startswith("sem.shmvec_")}
+    ours = f"shmvec_{os.getpid()}_"
+    return {n for n in names if n.startswith(ours) or n.startswith("sem." + ours)}
 
 
 def worker_pids() -> set[int]:

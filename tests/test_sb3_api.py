@@ -136,6 +136,8 @@ def test_env_is_wrapped(closing):
 
 def test_get_images_and_render_rgb_array(closing):
     shm, dummy = _stepped_pair(closing, [mixed_rgb] * N, n_workers=3, steps=17)
+    for venv in (shm, dummy):
+        venv.env_method("reset", indices=[0, 3])  # so that the envs show different frames
     assert shm.render_mode == dummy.render_mode == "rgb_array"
     images = shm.get_images()
     assert_same(images, dummy.get_images(), "get_images()")
@@ -296,9 +298,9 @@ def test_empty_and_non_callable_env_fns():
 class BoxObsEnv(gym.Env):
     """A trivial env whose observation size is a constructor argument."""
 
-    def __init__(self, size=4):
+    def __init__(self, size=4, n_actions=2):
         self.observation_space = spaces.Box(-1, 1, (size,), np.float32)
-        self.action_space = spaces.Discrete(2)
+        self.action_space = spaces.Discrete(n_actions)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -318,7 +320,7 @@ def test_different_observation_spaces(n_workers):
 
 def test_different_action_spaces():
     with pytest.raises(SpaceMismatchError, match="action space"):
-        ShmPoolVecEnv([cartpole, lambda: gym.make("MountainCar-v0")], n_workers=2, start_method="fork")
+        ShmPoolVecEnv([BoxObsEnv, lambda: BoxObsEnv(n_actions=3)], n_workers=2, start_method="fork")
 
 
 def test_same_env_instance_twice_in_one_worker():
