@@ -56,6 +56,8 @@ from shmvec.worker import worker_main
 
 LIVENESS_INTERVAL = 0.1  # seconds between checks that every worker is still alive while waiting
 CLOSE_TIMEOUT = 3.0  # seconds close() gives workers to exit before terminating them
+# With a timeout set, start-up gets at least this long: spawned workers import modules first.
+START_TIMEOUT = 30.0
 DEFAULT_SPIN = 50e-6  # seconds; upper bound of the adaptive spin on either side
 
 
@@ -85,6 +87,7 @@ class ShmPool:
         autoreset_mode: what a step does when an episode ends (see gymnasium's AutoresetMode).
         timeout: seconds to wait for any answer from the workers before raising
             :class:`~shmvec.errors.StepTimeoutError`; ``None`` waits as long as they live.
+            Building the envs at start-up gets at least ``START_TIMEOUT`` (30 s).
         worker_threads: torch/OpenMP/BLAS threads per worker; ``None`` leaves them alone.
         env_wrapper: picklable callable applied to each env right after it is built.
         max_spin: seconds a waiter may spin before blocking (adaptive below this bound);
@@ -163,8 +166,9 @@ class ShmPool:
             res.main_envs = build_envs(env_fns[start:stop], env_wrapper, start, where="the main process")
         self._awaiting[:] = [_AWAIT_PAYLOAD] * self.n_workers  # so a timeout names the silent envs
         hellos: list[Hello] = []
+        start_limit = None if self.timeout is None else max(self.timeout, START_TIMEOUT)
         for k in range(self.n_workers):
-            hellos.append(self._recv(k))
+            hellos.append(self._recv(k, start_limit))
             self._awaiting[k] = _IDLE
         if main_shard:
             hellos.append(describe_envs(-1, res.main_envs))
@@ -214,8 +218,11 @@ class ShmPool:
             cmd[k].post()
         self._pending_step = True
 
-    def step_wait(self) -> list[StepInfo]:
-        """Wait for the pending step; results are in the arena views. Returns the sent infos."""
+    def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
+        """Wait for the pending step; results are in the arena views. Returns the sent infos.
+
+        ``timeout`` (seconds) overrides the pool's for this wait.
+        """
         self._check_usable()
         if not self._pending_step:
             raise StepStateError("step_wait() called with no pending step; call step_async() first")
@@ -226,7 +233,7 @@ class ShmPool:
                 main_infos = self._main.step(self._main.read_actions())
             except EnvFailed as failure:
                 main_failure = failure
-        replies = self._collect(range(self.n_workers))
+        replies = self._collect(range(self.n_workers), timeout)
         if main_failure is not None:
             raise _local_error(main_failure)
         if self._main is None and len(replies) == 1:
@@ -285,13 +292,14 @@ class ShmPool:
             raise _local_error(main_failure)
         return merged
 
-    def _collect(self, workers: Sequence[int]) -> list[Any]:
+    def _collect(self, workers: Sequence[int], timeout: float | None = None) -> list[Any]:
         """Wait until each worker answered; return their replies, raising the first error.
 
         Progress is kept in ``self._awaiting`` so that an interruption (Ctrl-C, a dead
         peer) never leaves an answer to be mistaken for the next command's.
         """
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        timeout = self.timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         done, ctrl, awaiting = self._res.done, self._ctrl, self._awaiting
         replies, error = [], None
         for k in workers:
@@ -299,12 +307,12 @@ class ShmPool:
                 while not done[k].wait(LIVENESS_INTERVAL):
                     self._check_alive()
                     if deadline is not None and time.monotonic() > deadline:
-                        self._fail_timeout(k)
+                        self._fail_timeout(k, timeout)
                 awaiting[k] = _IDLE if ctrl[k, lay.CTRL_STATUS] == _STATUS_OK else _AWAIT_PAYLOAD
             if awaiting[k] == _IDLE:
                 replies.append([])
                 continue
-            message = self._recv(k)
+            message = self._recv(k, timeout)
             awaiting[k] = _IDLE
             if isinstance(message, ErrorReport):
                 error = error or message
@@ -325,14 +333,18 @@ class ShmPool:
             except Exception:
                 pass  # an env error of a step nobody waited for
 
-    def _recv(self, k: int) -> Any:
-        """Receive one message from worker k, watching every worker's liveness meanwhile."""
+    def _recv(self, k: int, timeout: float | None = None) -> Any:
+        """Receive one message from worker k, watching every worker's liveness meanwhile.
+
+        ``timeout`` defaults to the pool's (``None`` there: wait while the workers live).
+        """
         conn = self._res.conns[k]
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        timeout = self.timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while not conn.poll(LIVENESS_INTERVAL):
             self._check_alive()
             if deadline is not None and time.monotonic() > deadline:
-                self._fail_timeout(k)
+                self._fail_timeout(k, timeout)
         try:
             message = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
@@ -364,10 +376,13 @@ class ShmPool:
         if isinstance(message, ErrorReport):
             raise _rebuild(message, self.shards)
 
-    def _fail_timeout(self, k: int) -> None:
+    def _fail_timeout(self, k: int, limit: float | None = None) -> None:
         silent = [i for w in range(self.n_workers) if w == k or not self._answered(w) for i in range(*self.shards[w])]
-        self._broken = f"envs {_ranges(silent)} did not answer within timeout={self.timeout}s"
         self._res.graceful = False  # they are stuck: closing will terminate them
+        if self._res.arena is None:  # still starting
+            self._broken = f"envs {_ranges(silent)} were not built within {limit}s"
+            raise StepTimeoutError(self._broken + " (an env_fn hangs?)")
+        self._broken = f"envs {_ranges(silent)} did not answer within timeout={limit or self.timeout}s"
         raise StepTimeoutError(self._broken + " (an env step hangs?); close() the env and create a new one")
 
     def _answered(self, w: int) -> bool:

@@ -165,8 +165,17 @@ class ShmPoolVecEnv(VecEnv):
 
     def _run(self, op: Callable[[gym.Env], Any], indices: VecEnvIndices) -> list[Any]:
         targets = self._indices(indices)
-        results = self._pool.run({i: op for i in targets})
-        return [results[i] for i in targets]
+        if len(set(targets)) == len(targets):
+            results = self._pool.run({i: op for i in targets})
+            return [results[i] for i in targets]
+        # An index listed twice runs twice, as in DummyVecEnv (env_method("step") has effects):
+        # one round per repetition, each round naming every env at most once.
+        out: list[Any] = []
+        for rnd in range(max(targets.count(i) for i in targets)):
+            batch = [i for n, i in enumerate(targets) if targets[:n].count(i) == rnd]
+            results = self._pool.run({i: op for i in batch})
+            out += [(n, results[i]) for n, i in enumerate(targets) if targets[:n].count(i) == rnd]
+        return [result for _, result in sorted(out, key=lambda pair: pair[0])]
 
     def _indices(self, indices: VecEnvIndices) -> list[int]:
         targets = []

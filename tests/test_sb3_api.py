@@ -108,6 +108,18 @@ def test_env_method_reset_matches_dummy(closing):
     assert_same(shm.step(actions), dummy.step(actions), "step after env_method('reset')")
 
 
+def test_env_method_repeated_indices_call_once_per_occurrence(closing):
+    """DummyVecEnv calls the method once per listed index, duplicates included, in order."""
+    shm, dummy = _stepped_pair(closing, [make_mixed] * 4, steps=2)
+    action = np.full(3, 0.2, dtype=np.float32)
+    for indices in ([2, 2], [1, -3, 0, 1]):
+        assert_same(
+            shm.env_method("step", action, indices=indices), dummy.env_method("step", action, indices=indices), f"{indices}"
+        )
+        assert_same(shm.get_attr("calls"), dummy.get_attr("calls"), f"calls after {indices}")
+    assert shm.get_attr("calls") == [2 + 1, 2 + 3, 2 + 2, 2]  # env 1 is listed three times (-3 is 1)
+
+
 def test_has_attr(closing):
     shm, dummy = make_pair([make_mixed] * 3, 2, closing)
     for name, expected in [("double", True), ("calls", True), ("_max_episode_steps", True), ("nope", False)]:
@@ -185,6 +197,16 @@ def test_close_twice_then_use_raises(closing):
         shm.reset()
     with pytest.raises(ClosedEnvError):
         shm.get_attr("spec")
+
+
+def test_close_with_a_step_pending():
+    shm = ShmPoolVecEnv([make_mixed] * 3, n_workers=2, start_method="fork")
+    try:
+        shm.reset()
+        shm.step_async(np.zeros((3, 3), dtype=np.float32))
+    finally:
+        shm.close()  # must not hang nor leave the workers' answer behind (no_leaks checks)
+    assert shm.closed
 
 
 def test_context_manager_closes_even_on_error():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium import spaces
 from envs import TupleObsEnv, make_image, make_mixed
 from sb3_compare import assert_same, make_pair, run_equivalence, sample_actions
 
@@ -41,9 +42,9 @@ ENVS = {
 SHAPES = [(1, 1), (4, 1), (5, 2), (7, 3), (8, 8), (16, 2)]
 
 
-def _check_run(name: str, n_envs: int, n_workers: int, closing, steps: int = STEPS, start_method: str = "fork"):
+def _check_run(name: str, n_envs: int, n_workers: int, closing, steps: int = STEPS, **shm_kwargs):
     make, options, expected_ends = ENVS[name]
-    shm, dummy = make_pair([make] * n_envs, n_workers, closing, start_method=start_method)
+    shm, dummy = make_pair([make] * n_envs, n_workers, closing, **shm_kwargs)
     assert shm.n_workers == n_workers
     counts = run_equivalence(shm, dummy, steps, seed=n_envs * 100 + n_workers, reset_options=options)
     for kind in expected_ends:  # the run must have exercised the auto-reset paths it claims to
@@ -59,6 +60,20 @@ def test_equivalent_to_dummy(name, n_envs, n_workers, closing):
 @pytest.mark.parametrize("n_workers", [1, 2, 3, 4, 5])
 def test_every_worker_count_mixed_dict_obs(n_workers, closing):
     _check_run("mixed", 5, n_workers, closing)
+
+
+MAIN_CASES = [
+    (name, n, k)
+    for n, k in [(1, 0), (3, 0), (5, 1), (7, 2), (16, 1)]
+    for name in ["cartpole", "pendulum", "mixed", "tuple", "acrobot"]
+    if n not in (3, 7) or name in ("cartpole", "mixed")  # the rest is covered by the other shapes
+]
+
+
+@pytest.mark.parametrize("name,n_envs,n_workers", MAIN_CASES, ids=[f"{c}-N{n}K{k}+main" for c, n, k in MAIN_CASES])
+def test_equivalent_with_main_shard(name, n_envs, n_workers, closing):
+    """``main_shard=True``: the main process steps the last shard itself, with the same results."""
+    _check_run(name, n_envs, n_workers, closing, main_shard=True)
 
 
 def test_equivalent_image_obs(closing):
@@ -149,3 +164,80 @@ def test_python_int_and_numpy_scalar_action_arrays(closing):
         want = dummy.step(actions)
         assert_same(got[0], want[0], f"step {step} obs")
         assert_same(got[3], want[3], f"step {step} infos")
+
+
+def frozen_lake():
+    return gym.make("FrozenLake-v1", map_name="4x4", is_slippery=True, max_episode_steps=6)
+
+
+def test_discrete_observations_frozen_lake(closing):
+    """A flat Discrete observation space: int64 obs of shape (N,), terminations and truncations."""
+    shm, dummy = make_pair([frozen_lake] * 6, 4, closing)
+    assert shm.reset().dtype == np.int64
+    counts = run_equivalence(shm, dummy, 300, seed=9)
+    assert counts["terminated"] > 0 and counts["truncated"] > 0, counts
+
+
+class MultiActionEnv(gym.Env):
+    """MultiDiscrete or MultiBinary actions (integer arrays) and float64 Box observations."""
+
+    def __init__(self, binary: bool = False):
+        self.action_space = spaces.MultiBinary(3) if binary else spaces.MultiDiscrete([2, 3, 4])
+        self.observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float64)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = self.np_random.normal(size=3)
+        return self.x.copy(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.x = self.x + np.asarray(action, dtype=np.float64) - 1.0 + self.np_random.normal(size=3)
+        return self.x.copy(), float(np.sum(action)), bool(np.abs(self.x).max() > 5), False, {}
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["MultiDiscrete", "MultiBinary"])
+def test_multi_discrete_and_multi_binary_actions(binary, closing):
+    shm, dummy = make_pair([lambda: MultiActionEnv(binary)] * 5, 2, closing)
+    assert shm.reset().dtype == np.float64
+    assert run_equivalence(shm, dummy, 200, seed=10)["terminated"] > 0
+
+
+class InPlaceObsEnv(gym.Env):
+    """Returns its own state array, updated in place (some envs do), as the observation.
+
+    DummyVecEnv returns deep copies of the infos; whatever a vec env returned must not
+    change afterwards, terminal observations included.
+    """
+
+    observation_space = spaces.Box(-1000, 1000, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self):
+        self.state = np.zeros(2, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.state[:] = self.np_random.integers(0, 5, 2)
+        self.t = 0
+        return self.state, {"start": self.state.copy()}
+
+    def step(self, action):
+        self.t += 1
+        self.state += int(action) + 1
+        return self.state, 1.0, self.t % 4 == 0, False, {"t": self.t}
+
+
+def test_envs_returning_live_buffers(closing):
+    shm, dummy = make_pair([InPlaceObsEnv] * 3, 2, closing)
+    assert run_equivalence(shm, dummy, 60, seed=11)["terminated"] > 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="main_shard returns the main-shard envs' own objects in infos (terminal_observation, info dicts) "
+    "without a copy, unlike pickled worker replies and DummyVecEnv's deepcopy: they change on later steps",
+)
+def test_envs_returning_live_buffers_main_shard(closing):
+    shm, dummy = make_pair([InPlaceObsEnv] * 3, 1, closing, main_shard=True)
+    run_equivalence(shm, dummy, 60, seed=11)

@@ -7,6 +7,7 @@ terminations, truncations and infos, including the ``_key`` masks and the
 
 from __future__ import annotations
 
+import os
 import time
 
 import gymnasium as gym
@@ -23,6 +24,7 @@ from shmvec import (
     ShmVectorEnv,
     StepStateError,
     StepTimeoutError,
+    WorkerDiedError,
 )
 
 STEPS = 300
@@ -64,7 +66,8 @@ def assert_same(got, want, where="value"):
             assert got.tobytes() == want.tobytes(), f"{where}: {got} != {want}"
     else:
         assert type(got) is type(want), f"{where}: {type(got)} != {type(want)}"
-        assert got == want or (got != got and want != want), f"{where}: {got!r} != {want!r}"
+        both_nan = isinstance(want, float) and np.isnan(want) and np.isnan(got)
+        assert got == want or both_nan, f"{where}: {got!r} != {want!r}"
 
 
 def _drop_wall_time(*infos):
@@ -132,8 +135,19 @@ def test_matches_sync_vector_env(env_name, mode, n_envs, n_workers, closing):
         assert counts["masked_resets"] > 0, counts
 
 
+MAIN_SHARD_SHAPES = [(5, 1), (7, 2), (2, 0)]
+
+
+@pytest.mark.parametrize("n_envs,n_workers", MAIN_SHARD_SHAPES, ids=[f"N{n}K{k}" for n, k in MAIN_SHARD_SHAPES])
+@pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
+def test_matches_sync_vector_env_with_main_shard(mode, n_envs, n_workers, closing):
+    shm, ref = make_pair("Nested", n_envs, n_workers, closing, mode, main_shard=True)
+    counts = run_equivalence(shm, ref, 200, seed=n_envs)
+    assert counts["terminated"] > 0 and counts["truncated"] > 0 and counts["info_steps"] > 0, counts
+
+
 def test_same_step_infos_carry_final_obs_and_final_info(closing):
-    shm, ref = make_pair("MixedDict", 4, 2, closing, AutoresetMode.SAME_STEP)
+    shm, _ = make_pair("MixedDict", 4, 2, closing, AutoresetMode.SAME_STEP)
     shm.reset(seed=1)
     actions = np.ones((4, 3), dtype=np.float32)
     for _ in range(30):
@@ -170,6 +184,7 @@ def test_reset_seed_list_and_options_reach_the_envs(closing):
     assert np.abs(infos["start"]).max() > 0.1  # the option widened the start range
     np.testing.assert_array_equal(obs["position"][2], obs["position"][3])  # same seed, same start
     assert shm.reset(seed=seeds)[0]["position"].shape == (5, 3)
+    assert_same(shm.reset(seed=np.arange(5)), ref.reset(seed=list(range(5))))  # numpy seeds are fine
 
 
 def test_reset_mask_keeps_the_caller_options(closing):
@@ -258,7 +273,7 @@ def _deep_copy(obs):
 
 @pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
 def test_attributes_match_sync_vector_env(mode, closing):
-    fn = lambda: make_mixed(render_mode="rgb_array")  # noqa: E731
+    fn = lambda: make_mixed(render_mode="rgb_array")
     shm, ref = make_pair(fn, 5, 2, closing, mode)
     assert shm.num_envs == ref.num_envs == 5
     assert shm.n_workers == 2
@@ -278,7 +293,7 @@ def test_attributes_match_sync_vector_env(mode, closing):
 
 
 def test_call_get_attr_set_attr_render_match_sync(closing):
-    fn = lambda: make_mixed(render_mode="rgb_array")  # noqa: E731
+    fn = lambda: make_mixed(render_mode="rgb_array")
     shm, ref = make_pair(fn, 5, 2, closing)
     for env in (shm, ref):
         env.reset(seed=0)
@@ -443,6 +458,41 @@ def test_step_wait_timeout(closing):
     shm.close()  # terminates the stuck worker
 
 
+class _FragileEnv(_SlowEnv):
+    """Raises on action 1, exits its process on action 2."""
+
+    action_space = gym.spaces.Discrete(3)
+
+    def step(self, action):
+        if action == 1:
+            raise ValueError("bad action 1")
+        if action == 2:
+            os._exit(3)
+        return super().step(action)
+
+
+def test_env_error_in_step_is_reraised_and_env_stays_usable(closing):
+    shm = closing(ShmVectorEnv([_FragileEnv] * 3, 2, start_method="fork"))
+    shm.reset(seed=0)
+    with pytest.raises(ValueError, match="bad action 1") as info:
+        shm.step(np.array([0, 0, 1]))
+    assert info.value.env_index == 2 and info.value.worker_index == 1
+    obs, *_ = shm.step(np.zeros(3, dtype=np.int64))
+    assert obs.shape == (3, 1)
+
+
+def test_dead_worker_is_reported_not_hung(closing):
+    shm = closing(ShmVectorEnv([_FragileEnv] * 3, 2, start_method="fork"))
+    shm.reset(seed=0)
+    with pytest.raises(WorkerDiedError, match="worker 1"):
+        shm.step(np.array([0, 0, 2]))
+    with pytest.raises(WorkerDiedError):
+        shm.step(np.zeros(3, dtype=np.int64))
+    shm.close()
+    with pytest.raises(ClosedEnvError):
+        shm.reset()
+
+
 # ---- Gymnasium vector wrappers and make_vec ---------------------------------------
 
 
@@ -515,11 +565,7 @@ def test_make_vec_mirrors_gym_make_vec(closing):
 
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
 def test_start_method_smoke(start_method, closing):
-    shm = closing(
-        shmvec.make_vec(
-            "CartPole-v1", num_envs=3, n_workers=2, vector_kwargs={"start_method": start_method}
-        )
-    )
+    shm = closing(shmvec.make_vec("CartPole-v1", num_envs=3, n_workers=2, vector_kwargs={"start_method": start_method}))
     ref = closing(gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync"))
     counts = run_equivalence(shm, ref, 60, seed=1)
     assert counts["terminated"] > 0
