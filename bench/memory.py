@@ -6,20 +6,25 @@ Three sums over the tree, sampled in a background thread while the env steps:
 - USS counts only pages private to each process (shared buffers do not show at all);
 - PSS splits each shared page among the processes mapping it: the honest total.
 
-Reported as the peak during build + reset + stepping, minus the tree before building.
+Reported as the peak during build + reset + stepping, minus the tree before building,
+each configuration in a fresh interpreter (``python -m bench.memory``).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from multiprocessing import forkserver
 
 import psutil
 
 from bench.impls import get_impl
-from bench.measure import Config, Session, Timing, actions_for
+from bench.measure import Config, Session, Timing, actions_for, preload_forkserver
 from bench.workloads import get_workload
 
 
@@ -83,10 +88,18 @@ class MemoryResult:
 
 
 def measure_memory(config: Config, seconds: float = 1.0) -> MemoryResult:
-    """Build ``config``'s env, step it for ``seconds`` and report peak memory above baseline."""
+    """Build ``config``'s env here, step it for ``seconds``; peak memory above the baseline.
+
+    The baseline is taken after the implementation's library is imported and the
+    forkserver runs, so only what the vector env itself adds is counted. Prefer
+    :func:`measure_memory_isolated`, which runs this in a fresh interpreter.
+    """
     workload = get_workload(config.workload)
     result = MemoryResult(config, obs_bytes=workload.obs_bytes * config.n)
     actions = actions_for(workload, config.n)
+    get_impl(config.impl).missing()  # import the library before the baseline
+    if get_impl(config.impl).uses_k:
+        forkserver.ensure_running()
     base = tree_memory()
     session = None
     try:
@@ -106,3 +119,31 @@ def measure_memory(config: Config, seconds: float = 1.0) -> MemoryResult:
     result.rss, result.uss, result.pss = (max(0, p - b) for p, b in zip(sampler.peak[:3], base[:3]))
     result.processes = max(0, sampler.peak[3] - base[3])
     return result
+
+
+def measure_memory_isolated(config: Config, seconds: float = 1.0, timeout: float = 300.0) -> MemoryResult:
+    """:func:`measure_memory` in a fresh interpreter, so earlier runs leave nothing behind."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    args = [sys.executable, "-m", "bench.memory", json.dumps({**asdict(config), "seconds": seconds})]
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env, cwd=root)
+        fields = json.loads(proc.stdout.strip().splitlines()[-1])
+    except Exception as exc:
+        tail = locals().get("proc") and proc.stderr.strip().splitlines()[-1:]
+        return MemoryResult(config, error=f"{type(exc).__name__}: {exc} {tail or ''}".strip())
+    return MemoryResult(config, **{k: v for k, v in fields.items() if k != "config"})
+
+
+def _main() -> None:
+    """``python -m bench.memory '{"workload": ..., "impl": ..., "n": ..., "k": ..., "seconds": ...}'``."""
+    spec = json.loads(sys.argv[1])
+    seconds = spec.pop("seconds")
+    preload_forkserver()
+    result = measure_memory(Config(**spec), seconds)
+    fields = {k: v for k, v in vars(result).items() if k != "config"}
+    print(json.dumps(fields))
+
+
+if __name__ == "__main__":
+    _main()

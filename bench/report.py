@@ -30,8 +30,8 @@ from tqdm import tqdm  # noqa: E402
 
 from bench import markdown as md  # noqa: E402
 from bench.impls import CORES, IMPLS, SHMVEC  # noqa: E402
-from bench.measure import SMOKE_TIMING, Config, Plan, Result, Timing, measure_cell, plan_grid  # noqa: E402
-from bench.memory import measure_memory  # noqa: E402
+from bench.measure import SMOKE_TIMING, Plan, Result, Timing, measure_cell, plan_grid, preload_forkserver  # noqa: E402
+from bench.memory import measure_memory_isolated  # noqa: E402
 from bench.overhead import fit_overheads, model_points  # noqa: E402
 from bench.targets import all_targets, plan_targets, run_targets  # noqa: E402
 from bench.workloads import IMAGE_150US, ZERO_COST, get_workload, raw_step_cost  # noqa: E402
@@ -115,6 +115,7 @@ def run_plan(plan: Plan, timing: Timing, desc: str) -> list[Result]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    preload_forkserver()
     preset = PRESETS[args.grid]
     timing = replace(
         preset.timing,
@@ -180,12 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     if "memory" in args.sections:
         mem_plan = plan_grid([IMAGE_150US], preset.memory_ns, [max(ks)], args.impls, max_procs=args.max_procs)
         configs = [c for cell in mem_plan.cells for c in cell]
-        mems = [measure_memory(c) for c in tqdm(configs, desc="memory", file=sys.stderr)]
+        mems = [measure_memory_isolated(c) for c in tqdm(configs, desc="memory", file=sys.stderr)]
         dump["memory"] = [{**vars(m.config), "rss": m.rss, "uss": m.uss, "pss": m.pss, "processes": m.processes,
                            "error": m.error} for m in mems]
         doc += [
             f"## Peak memory, 84x84x4 uint8 observations (`{IMAGE_150US}`)",
-            "Peak over build + reset + 1 s of steps of the whole process tree, minus the tree before building. "
+            "Peak over build + reset + 1 s of steps of the whole process tree, minus the tree before building, "
+            "each configuration in a fresh interpreter. "
             "PSS splits shared pages among the processes that map them (the honest total); USS counts private "
             "pages only; RSS counts shared pages once per process.",
             md.memory_table(mems),

@@ -24,6 +24,7 @@ The adapters (:mod:`shmvec.sb3`, :mod:`shmvec.vector`) turn the arena views and
 
 from __future__ import annotations
 
+import copy
 import multiprocessing as mp
 import os
 import pickle
@@ -238,6 +239,8 @@ class ShmPool:
             raise _local_error(main_failure)
         if self._main is None and len(replies) == 1:
             return replies[0]
+        if main_infos:  # the envs' own objects; worker infos arrive as (pickled) copies
+            main_infos = copy.deepcopy(main_infos)
         return [info for reply in replies for info in reply] + main_infos
 
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -276,9 +279,11 @@ class ShmPool:
             res.cmd[k].post()  # post first: a large request must not block on a full pipe
             try:
                 res.conns[k].send_bytes(cloudpickle.dumps(request))
-            except OSError:  # a dead worker's pipe: say which worker died, and how
-                self._check_alive()
-                raise
+                continue
+            except OSError as exc:
+                failed = exc
+            self._blame_dead(k)  # a dead worker's pipe: say which worker died, and how
+            raise failed
         merged: dict[int, Any] = {}
         main_failure = None
         if main_request is not None:
@@ -346,10 +351,15 @@ class ShmPool:
             if deadline is not None and time.monotonic() > deadline:
                 self._fail_timeout(k, timeout)
         try:
-            message = pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            self._check_alive()
-            raise
+            blob = conn.recv_bytes()
+        except (EOFError, OSError) as exc:
+            failed = exc
+        else:
+            failed = None
+        if failed is not None:
+            self._blame_dead(k)
+            raise failed
+        message = pickle.loads(blob)
         if isinstance(message, ErrorReport) and not self._res.arena:
             raise _rebuild(message, self.shards)  # start-up failure
         return message
@@ -363,6 +373,12 @@ class ShmPool:
                     f"worker {k} (envs {start}..{stop - 1}, pid {process.pid}) died with {_describe_exit(process.exitcode)}"
                 )
                 raise WorkerDiedError(self._broken + "; close() the env and create a new one")
+
+    def _blame_dead(self, k: int) -> None:
+        """Worker k's pipe broke: it is exiting. Raise what killed it once the exit is visible."""
+        process = self._res.processes[k]
+        process.join(CLOSE_TIMEOUT)
+        self._check_alive()
 
     def _raise_last_words(self, k: int) -> None:
         """If dead worker k sent an error report before exiting, raise that instead."""

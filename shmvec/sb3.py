@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec import ops
-from shmvec.errors import InvalidActionError
+from shmvec.actions import checked_column
 from shmvec.pool import DEFAULT_SPIN, ShmPool
 
 try:
@@ -104,17 +104,7 @@ class ShmPoolVecEnv(VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         view = self._action_view
-        actions = np.asarray(actions)
-        if actions.shape != view.shape:
-            raise InvalidActionError(
-                f"expected actions of shape {view.shape} (num_envs={self.num_envs}, "
-                f"action_space {self.action_space}), got shape {actions.shape}"
-            )
-        if not np.can_cast(actions.dtype, view.dtype, casting="same_kind"):
-            raise InvalidActionError(
-                f"actions of dtype {actions.dtype} cannot be converted to the action space's "
-                f"dtype {view.dtype} without changing their kind; pass {view.dtype} actions"
-            )
+        actions = checked_column(actions, view, self.action_space, "actions")
         self._pool.ensure_can_step()
         view[...] = actions
         self._pool.step_async()

@@ -88,15 +88,17 @@ def _release(shm: shared_memory.SharedMemory, owner_pid: int) -> None:
     if os.getpid() != owner_pid:
         return  # a forked child's copy: the segment is the parent's to unlink
     try:
-        shm.close()
-    except BufferError:
-        # Numpy views still point into the mapping; the mapping lives on until they
-        # go, but the name must go now so nothing leaks in /dev/shm.
-        pass
-    try:
-        shm.unlink()
+        shm.unlink()  # the name goes now, so nothing is left in /dev/shm
     except FileNotFoundError:
         pass
+    # Never unmap here: numpy views made with ``buffer=`` do not pin the buffer, so
+    # munmap would leave live views (a caller's zero-copy obs, a pool's own views at
+    # exit) pointing at nothing: a segfault. The views' memoryview keeps the mmap
+    # object alive and it unmaps when the last view goes. Only the fd is ours to close.
+    if shm._fd >= 0:
+        os.close(shm._fd)
+        shm._fd = -1
+    shm._buf = shm._mmap = None  # SharedMemory.__del__ would otherwise unmap
 
 
 def attach(name: str, nbytes: int) -> mmap.mmap:

@@ -86,6 +86,11 @@ class Signal:
             sem.acquire(timeout)
         except posix_ipc.BusyError:
             return False
+        except posix_ipc.SignalError:
+            # A signal interrupted the wait. Report "nothing yet": Python runs the handler at
+            # the next bytecode (Ctrl-C then surfaces as a plain KeyboardInterrupt) and the
+            # caller, which waits in a loop anyway, waits again.
+            return False
         self._learn(_perf_counter() - start)
         return True
 

@@ -23,6 +23,7 @@ from gymnasium.vector.utils import batch_space
 
 from shmvec import layout as lay
 from shmvec import ops
+from shmvec.actions import checked_column
 from shmvec.errors import ClosedEnvError, InvalidActionError, ResetNeededError
 from shmvec.pool import DEFAULT_SPIN, ShmPool
 
@@ -113,6 +114,7 @@ class ShmVectorEnv(VectorEnv):
             self.render_mode = pool.env_render_mode
             self.single_observation_space = pool.single_observation_space
             self.single_action_space = pool.single_action_space
+            self._leaf_action_spaces = {path: lay.get_path(self.single_action_space, path) for path in pool.action_leaves}
             self.observation_space = batch_space(self.single_observation_space, self.num_envs)
             self.action_space = batch_space(self.single_action_space, self.num_envs)
             self._obs_leaves = pool.obs_leaves
@@ -244,16 +246,7 @@ class ShmVectorEnv(VectorEnv):
                 f"actions do not match the action space {self.action_space}: cannot find the part at {path}"
             ) from exc
         where = f" at {path}" if path else ""
-        if column.shape != view.shape:
-            raise InvalidActionError(
-                f"expected actions{where} of shape {view.shape} (num_envs={self.num_envs}, action_space "
-                f"{self.action_space}), got shape {column.shape}"
-            )
-        if not np.can_cast(column.dtype, view.dtype, casting="same_kind"):
-            raise InvalidActionError(
-                f"actions{where} of dtype {column.dtype} cannot be converted to the action space's dtype "
-                f"{view.dtype} without changing their kind; pass {view.dtype} actions"
-            )
+        column = checked_column(column, view, self._leaf_action_spaces[path], f"actions{where}")
         return column
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:

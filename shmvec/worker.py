@@ -54,12 +54,12 @@ def dumps(obj: Any) -> bytes:
     except Exception:
         try:
             return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:
-            _blame_unpicklable(obj, exc)
+        except Exception:
+            _blame_unpicklable(obj)
             raise
 
 
-def _blame_unpicklable(reply: Any, exc: Exception) -> None:
+def _blame_unpicklable(reply: Any) -> None:
     """Raise EnvFailed for the env whose value in ``reply`` cannot be sent, with a note saying so."""
     if isinstance(reply, dict):  # reset / run_ops reply: {env index: value}
         items = [(i, value, "returned a value") for i, value in reply.items()]
@@ -73,8 +73,9 @@ def _blame_unpicklable(reply: Any, exc: Exception) -> None:
         except Exception as cause:
             cause.add_note(
                 f"shmvec: env {i} {what} that cannot be pickled, so it cannot be sent to the main "
-                f"process ({type(exc).__name__}: {exc}); return picklable values from the envs"
+                "process; return picklable values from the envs"
             )
+            cause.__suppress_context__ = True  # the failed pickle attempts above say nothing more
             raise EnvFailed(i) from cause
 
 

@@ -20,12 +20,18 @@ from shmvec import ShmPoolVecEnv
 def assert_same(got: Any, want: Any, where: str = "value") -> None:
     """Fail unless ``got`` is exactly ``want``: types, dtypes, shapes, keys (in order) and values."""
     if isinstance(want, np.ndarray):
-        assert isinstance(got, np.ndarray), f"{where}: got {type(got).__name__}, want ndarray"
+        assert isinstance(got, np.ndarray), (
+            f"{where}: got {type(got).__name__}, want ndarray"
+        )
         assert got.dtype == want.dtype, f"{where}: dtype {got.dtype} != {want.dtype}"
         assert got.shape == want.shape, f"{where}: shape {got.shape} != {want.shape}"
-        assert np.array_equal(got, want, equal_nan=want.dtype.kind in "fc"), f"{where}: values differ\n{got}\n{want}"
+        assert np.array_equal(got, want, equal_nan=want.dtype.kind in "fc"), (
+            f"{where}: values differ\n{got}\n{want}"
+        )
         return
-    assert type(got) is type(want), f"{where}: type {type(got).__name__} != {type(want).__name__}"
+    assert type(got) is type(want), (
+        f"{where}: type {type(got).__name__} != {type(want).__name__}"
+    )
     if isinstance(want, dict):
         assert list(got) == list(want), f"{where}: keys {list(got)} != {list(want)}"
         for key in want:
@@ -34,17 +40,25 @@ def assert_same(got: Any, want: Any, where: str = "value") -> None:
         assert len(got) == len(want), f"{where}: length {len(got)} != {len(want)}"
         for i, (g, w) in enumerate(zip(got, want)):
             assert_same(g, w, f"{where}[{i}]")
-    elif isinstance(want, (float, np.floating)) and want != want:  # NaN
-        assert got != got, f"{where}: {got!r} != NaN"
+    elif isinstance(want, (float, np.floating)) and np.isnan(want):
+        assert np.isnan(got), f"{where}: {got!r} != NaN"
     else:
         assert got == want, f"{where}: {got!r} != {want!r}"
 
 
 def make_pair(
-    env_fns: Sequence[Callable[[], gym.Env]], n_workers: int, closing, start_method: str = "fork", **shm_kwargs
+    env_fns: Sequence[Callable[[], gym.Env]],
+    n_workers: int,
+    closing,
+    start_method: str = "fork",
+    **shm_kwargs,
 ):
     """A ``(ShmPoolVecEnv, DummyVecEnv)`` over the same env_fns, both closed at teardown."""
-    shm = closing(ShmPoolVecEnv(list(env_fns), n_workers=n_workers, start_method=start_method, **shm_kwargs))
+    shm = closing(
+        ShmPoolVecEnv(
+            list(env_fns), n_workers=n_workers, start_method=start_method, **shm_kwargs
+        )
+    )
     dummy = closing(DummyVecEnv(list(env_fns)))
     return shm, dummy
 
@@ -96,7 +110,9 @@ def run_equivalence(
                 dummy.set_options(reset_options)
         if step == steps // 2 + 5:
             assert_same(shm.reset(), dummy.reset(), f"step {step} mid-run reset obs")
-            assert_same(shm.reset_infos, dummy.reset_infos, f"step {step} mid-run reset_infos")
+            assert_same(
+                shm.reset_infos, dummy.reset_infos, f"step {step} mid-run reset_infos"
+            )
         actions = sample_actions(space, n)
         if step % 3 == 0:
             shm.step_async(actions.copy())
@@ -109,12 +125,18 @@ def run_equivalence(
         # SB3 keeps _last_obs: the previous return must be untouched. (Only for the bare
         # vec env: SB3's own VecFrameStack returns, and later updates, its stacking buffer.)
         if kept is not None and not isinstance(shm, VecEnvWrapper):
-            assert_same(kept, kept_copy, f"step {step}: the previous step's returned obs changed")
+            assert_same(
+                kept,
+                kept_copy,
+                f"step {step}: the previous step's returned obs changed",
+            )
         kept, kept_copy = shm_out, copy.deepcopy(shm_out)
         for info, done in zip(dummy_out[3], dummy_out[2]):
             counts["done"] += int(done)
             if done:
-                counts["truncated" if info["TimeLimit.truncated"] else "terminated"] += 1
+                counts[
+                    "truncated" if info["TimeLimit.truncated"] else "terminated"
+                ] += 1
     return counts
 
 

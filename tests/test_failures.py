@@ -360,23 +360,27 @@ def test_dev_shm_fills_up_while_reserving(monkeypatch):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=True,
-    raises=posix_ipc.SignalError,
-    reason="needs Signal.wait to treat posix_ipc.SignalError like a timeout (hot path, see report)",
-)
 def test_handled_signal_while_waiting_does_not_break_the_step(vec):
     env = vec("sb3", env_fns("slow", at=1), start_method="fork", max_spin=0.0)
     reset(env)
-    previous = signal.signal(signal.SIGUSR1, lambda *args: None)  # e.g. a user's SIGCHLD/SIGWINCH handler
+    handled = []
+    previous = signal.signal(signal.SIGUSR1, lambda *args: handled.append(1))  # e.g. a SIGCHLD/SIGWINCH handler
+    stop = threading.Event()
+
+    def pester():  # to the main thread itself, the one blocked in sem_timedwait, until the step is over
+        while not stop.wait(0.05):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+
+    thread = threading.Thread(target=pester)
+    thread.start()
     try:
-        # To the main thread itself: it is the one blocked in sem_timedwait.
-        timer = threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGUSR1))
-        timer.start()
-        step(env)  # interrupted sem_timedwait must be retried, not surface as SignalError
-        timer.join()
+        for _ in range(3):
+            step(env)  # an interrupted wait must be retried, not surface as SignalError
     finally:
+        stop.set()
+        thread.join()
         signal.signal(signal.SIGUSR1, previous)
+    assert handled
 
 
 def run_script(tmp_path, body: str, *args: str, **popen) -> subprocess.Popen:

@@ -8,6 +8,7 @@ refused with a clear error before anything reaches a worker.
 from __future__ import annotations
 
 import copy
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -61,17 +62,31 @@ def _stepped_pair(closing, env_fns, n_workers=2, steps=12, seed=0):
 @pytest.mark.parametrize("indices", INDICES, ids=INDEX_IDS)
 def test_get_attr_set_attr_env_method_with_indices(indices, closing):
     shm, dummy = _stepped_pair(closing, [make_mixed] * N)
+    targets = [int(i) % N for i in dummy._get_indices(indices)]
+    for i in range(
+        N
+    ):  # a distinct value per env, so that a wrong index cannot go unnoticed
+        shm.set_attr("ident", f"env{i}", indices=i)
+    assert shm.get_attr("ident", indices) == [f"env{i}" for i in targets]
     for name in ("calls", "t", "_max_episode_steps", "render_mode", "metadata"):
-        assert_same(shm.get_attr(name, indices), dummy.get_attr(name, indices), f"get_attr({name!r})")
-    assert_same(shm.env_method("double", 21, indices=indices), dummy.env_method("double", 21, indices=indices))
+        assert_same(
+            shm.get_attr(name, indices),
+            dummy.get_attr(name, indices),
+            f"get_attr({name!r})",
+        )
+    assert_same(
+        shm.env_method("double", 21, indices=indices),
+        dummy.env_method("double", 21, indices=indices),
+    )
     assert_same(
         shm.env_method("double", x=np.arange(3, dtype=np.int16), indices=indices),
         dummy.env_method("double", x=np.arange(3, dtype=np.int16), indices=indices),
     )
     for venv in (shm, dummy):
         venv.set_attr("tag", "set", indices)
-        venv.set_attr("calls", -7, indices)  # lands on the outer wrapper and shadows the env's
-    targets = [int(i) % N for i in dummy._get_indices(indices)]
+        venv.set_attr(
+            "calls", -7, indices
+        )  # lands on the outer wrapper and shadows the env's
     assert_same(shm.get_attr("calls"), dummy.get_attr("calls"), "calls after set_attr")
     assert shm.has_attr("tag") is dummy.has_attr("tag") is (len(set(targets)) == N)
     assert shm.get_attr("tag", targets) == ["set"] * len(targets)
@@ -81,14 +96,19 @@ def test_get_attr_set_attr_env_method_with_indices(indices, closing):
 def test_get_attr_tuple_env_and_unknown_attribute(closing):
     shm, dummy = _stepped_pair(closing, [TupleObsEnv] * 3)
     assert_same(shm.get_attr("x"), dummy.get_attr("x"))
-    assert_same(shm.get_attr("observation_space", [0, -1]), dummy.get_attr("observation_space", [0, -1]))
+    assert_same(
+        shm.get_attr("observation_space", [0, -1]),
+        dummy.get_attr("observation_space", [0, -1]),
+    )
     with pytest.raises(AttributeError):
         dummy.get_attr("no_such_attribute")
     with pytest.raises(AttributeError, match="no_such_attribute"):
         shm.get_attr("no_such_attribute")
     with pytest.raises(AttributeError, match="no_such_method"):
         shm.env_method("no_such_method", indices=1)
-    assert shm.get_attr("x", 0)[0].shape == (2,)  # the pool is still usable after a remote error
+    assert shm.get_attr("x", 0)[0].shape == (
+        2,
+    )  # the pool is still usable after a remote error
 
 
 def test_index_out_of_range_is_refused(closing):
@@ -105,7 +125,9 @@ def test_env_method_reset_matches_dummy(closing):
     want = dummy.env_method("reset", seed=11, indices=[0, 2])
     assert_same(got, want, "env_method('reset')")
     actions = np.full((4, 3), 0.5, dtype=np.float32)
-    assert_same(shm.step(actions), dummy.step(actions), "step after env_method('reset')")
+    assert_same(
+        shm.step(actions), dummy.step(actions), "step after env_method('reset')"
+    )
 
 
 def test_env_method_repeated_indices_call_once_per_occurrence(closing):
@@ -114,15 +136,29 @@ def test_env_method_repeated_indices_call_once_per_occurrence(closing):
     action = np.full(3, 0.2, dtype=np.float32)
     for indices in ([2, 2], [1, -3, 0, 1]):
         assert_same(
-            shm.env_method("step", action, indices=indices), dummy.env_method("step", action, indices=indices), f"{indices}"
+            shm.env_method("step", action, indices=indices),
+            dummy.env_method("step", action, indices=indices),
+            f"{indices}",
         )
-        assert_same(shm.get_attr("calls"), dummy.get_attr("calls"), f"calls after {indices}")
-    assert shm.get_attr("calls") == [2 + 1, 2 + 3, 2 + 2, 2]  # env 1 is listed three times (-3 is 1)
+        assert_same(
+            shm.get_attr("calls"), dummy.get_attr("calls"), f"calls after {indices}"
+        )
+    assert shm.get_attr("calls") == [
+        2 + 1,
+        2 + 3,
+        2 + 2,
+        2,
+    ]  # env 1 is listed three times (-3 is 1)
 
 
 def test_has_attr(closing):
     shm, dummy = make_pair([make_mixed] * 3, 2, closing)
-    for name, expected in [("double", True), ("calls", True), ("_max_episode_steps", True), ("nope", False)]:
+    for name, expected in [
+        ("double", True),
+        ("calls", True),
+        ("_max_episode_steps", True),
+        ("nope", False),
+    ]:
         assert shm.has_attr(name) is expected, name
         assert dummy.has_attr(name) is expected, name
     shm.set_attr("only_some", 1, indices=[0, 2])
@@ -132,12 +168,24 @@ def test_has_attr(closing):
 
 
 def test_env_is_wrapped(closing):
-    env_fns = [lambda: Monitor(cartpole()), cartpole, lambda: Monitor(cartpole()), cartpole]
+    env_fns = [
+        lambda: Monitor(cartpole()),
+        cartpole,
+        lambda: Monitor(cartpole()),
+        cartpole,
+    ]
     shm, dummy = make_pair(env_fns, 3, closing)
-    for wrapper in (Monitor, gym.wrappers.TimeLimit, gym.wrappers.ClipAction, gym.Wrapper):
+    for wrapper in (
+        Monitor,
+        gym.wrappers.TimeLimit,
+        gym.wrappers.ClipAction,
+        gym.Wrapper,
+    ):
         for indices in (None, 1, -2, [0, 1, 3]):
             assert_same(
-                shm.env_is_wrapped(wrapper, indices), dummy.env_is_wrapped(wrapper, indices), f"{wrapper}, {indices}"
+                shm.env_is_wrapped(wrapper, indices),
+                dummy.env_is_wrapped(wrapper, indices),
+                f"{wrapper}, {indices}",
             )
     assert shm.env_is_wrapped(Monitor) == [True, False, True, False]
     assert shm.env_is_wrapped(gym.wrappers.ClipAction) == [False] * 4
@@ -149,13 +197,19 @@ def test_env_is_wrapped(closing):
 def test_get_images_and_render_rgb_array(closing):
     shm, dummy = _stepped_pair(closing, [mixed_rgb] * N, n_workers=3, steps=17)
     for venv in (shm, dummy):
-        venv.env_method("reset", indices=[0, 3])  # so that the envs show different frames
+        venv.env_method(
+            "reset", indices=[0, 3]
+        )  # so that the envs show different frames
     assert shm.render_mode == dummy.render_mode == "rgb_array"
     images = shm.get_images()
     assert_same(images, dummy.get_images(), "get_images()")
-    assert len({int(image[0, 0, 0]) for image in images}) > 1  # the envs are at different times
+    assert (
+        len({int(image[0, 0, 0]) for image in images}) > 1
+    )  # the envs are at different times
     assert_same(shm.render(), dummy.render(), "render()")
-    assert_same(shm.render("rgb_array"), dummy.render("rgb_array"), "render('rgb_array')")
+    assert_same(
+        shm.render("rgb_array"), dummy.render("rgb_array"), "render('rgb_array')"
+    )
     assert shm.render().shape == (4 * 3, 4 * 2, 3)  # 5 images tiled 3 x 2
 
 
@@ -167,11 +221,15 @@ def test_render_without_render_mode_warns_like_dummy(closing):
             assert venv.get_images() == [None, None, None]
         with pytest.warns(UserWarning, match="no `render_mode` was passed"):
             assert venv.render() is None
-        with pytest.warns(UserWarning, match="has to be the same as the environment render mode"):
+        with pytest.warns(
+            UserWarning, match="has to be the same as the environment render mode"
+        ):
             assert venv.render("rgb_array") is None
 
 
-@pytest.mark.parametrize("make", [cartpole, make_mixed, mixed_rgb], ids=["cartpole", "mixed", "mixed_rgb"])
+@pytest.mark.parametrize(
+    "make", [cartpole, make_mixed, mixed_rgb], ids=["cartpole", "mixed", "mixed_rgb"]
+)
 def test_metadata_spaces_and_render_mode_match_dummy(make, closing):
     shm, dummy = make_pair([make] * 3, 2, closing)
     assert shm.metadata == dummy.metadata
@@ -210,16 +268,18 @@ def test_close_with_a_step_pending():
 
 
 def test_context_manager_closes_even_on_error():
-    with pytest.raises(RuntimeError, match="boom"):
-        with ShmPoolVecEnv([cartpole] * 2, n_workers=2, start_method="fork") as shm:
-            assert shm.reset().shape == (2, 4)
-            raise RuntimeError("boom")
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        ShmPoolVecEnv([cartpole] * 2, 2, start_method="fork") as shm,
+    ):
+        assert shm.reset().shape == (2, 4)
+        raise RuntimeError("boom")
     assert shm.closed  # no_leaks checks the workers and /dev/shm entries are gone
 
 
 def test_default_n_workers(closing):
     shm = closing(ShmPoolVecEnv([cartpole] * 3, start_method="fork"))
-    assert shm.n_workers == 2  # min(len(env_fns), os.cpu_count()) on this 2-core machine or more
+    assert shm.n_workers == min(3, os.cpu_count())
     shm1 = closing(ShmPoolVecEnv([cartpole], start_method="fork"))
     assert shm1.n_workers == 1
 
@@ -254,9 +314,15 @@ def test_returned_obs_is_not_overwritten_or_shared(closing):
     for _ in range(20):
         out = shm.step(actions)
         assert_same(out, dummy.step(actions), "step")
-        terminal += [(info["terminal_observation"], copy.deepcopy(info["terminal_observation"])) for info in out[3] if "terminal_observation" in info]
+        terminal += [
+            (info["terminal_observation"], copy.deepcopy(info["terminal_observation"]))
+            for info in out[3]
+            if "terminal_observation" in info
+        ]
         for key in out[0]:
-            out[0][key][...] = 0  # the caller scribbling on its obs must not reach the envs
+            out[0][key][...] = (
+                0  # the caller scribbling on its obs must not reach the envs
+            )
     for ref, saved in terminal:
         assert_same(ref, saved, "terminal_observation changed by a later step")
     assert_same(reset_obs, reset_copy, "reset() obs changed by later steps")
@@ -293,7 +359,12 @@ def test_bad_box_actions_refused_before_reaching_workers(bad, closing):
 
 @pytest.mark.parametrize(
     "bad",
-    [np.array([0.0, 1.0, 1.0]), np.array([[0], [1], [1]]), np.array([0, 1]), np.array([True, False, True])],
+    [
+        np.array([0.0, 1.0, 1.0]),
+        np.array([[0], [1], [1]]),
+        np.array([0, 1]),
+        np.array([True, False, True]),
+    ],
     ids=["float", "column", "fewer", "bool"],
 )
 def test_bad_discrete_actions_refused(bad, closing):
@@ -305,7 +376,11 @@ def test_bad_discrete_actions_refused(bad, closing):
         with pytest.raises(InvalidActionError):
             shm.step(bad)
         actions = np.array([1, 0, 1])
-    assert_same(shm.step(actions), dummy.step(actions.astype(np.int64)), "usable after the bad step")
+    assert_same(
+        shm.step(actions),
+        dummy.step(actions.astype(np.int64)),
+        "usable after the bad step",
+    )
 
 
 def test_empty_and_non_callable_env_fns():
@@ -342,7 +417,11 @@ def test_different_observation_spaces(n_workers):
 
 def test_different_action_spaces():
     with pytest.raises(SpaceMismatchError, match="action space"):
-        ShmPoolVecEnv([BoxObsEnv, lambda: BoxObsEnv(n_actions=3)], n_workers=2, start_method="fork")
+        ShmPoolVecEnv(
+            [BoxObsEnv, lambda: BoxObsEnv(n_actions=3)],
+            n_workers=2,
+            start_method="fork",
+        )
 
 
 def test_same_env_instance_twice_in_one_worker():
@@ -350,7 +429,9 @@ def test_same_env_instance_twice_in_one_worker():
     with pytest.raises(ValueError, match="same"):
         DummyVecEnv([lambda: shared] * 2)
     with pytest.raises(ValueError, match="same env instance"):
-        ShmPoolVecEnv([lambda: shared, cartpole, lambda: shared], n_workers=1, start_method="fork")
+        ShmPoolVecEnv(
+            [lambda: shared, cartpole, lambda: shared], n_workers=1, start_method="fork"
+        )
 
 
 @pytest.mark.parametrize("n_workers", [0, -1, 4, 1.5, "2", True])
@@ -373,7 +454,9 @@ class TextObsEnv(BoxObsEnv):
 
 class NestedDictObsEnv(BoxObsEnv):
     def __init__(self):
-        self.observation_space = spaces.Dict({"outer": spaces.Dict({"inner": spaces.Box(-1, 1, (2,))})})
+        self.observation_space = spaces.Dict(
+            {"outer": spaces.Dict({"inner": spaces.Box(-1, 1, (2,))})}
+        )
         self.action_space = spaces.Discrete(2)
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium import spaces
 from envs import TupleObsEnv, make_image, make_mixed
+from gymnasium import spaces
 from sb3_compare import assert_same, make_pair, run_equivalence, sample_actions
 
 STEPS = 300
@@ -23,7 +23,9 @@ def cartpole():
 
 
 def pendulum():
-    return gym.make("Pendulum-v1", max_episode_steps=60)  # float32 Box actions, truncations
+    return gym.make(
+        "Pendulum-v1", max_episode_steps=60
+    )  # float32 Box actions, truncations
 
 
 def acrobot():
@@ -42,16 +44,26 @@ ENVS = {
 SHAPES = [(1, 1), (4, 1), (5, 2), (7, 3), (8, 8), (16, 2)]
 
 
-def _check_run(name: str, n_envs: int, n_workers: int, closing, steps: int = STEPS, **shm_kwargs):
+def _check_run(
+    name: str, n_envs: int, n_workers: int, closing, steps: int = STEPS, **shm_kwargs
+):
     make, options, expected_ends = ENVS[name]
     shm, dummy = make_pair([make] * n_envs, n_workers, closing, **shm_kwargs)
     assert shm.n_workers == n_workers
-    counts = run_equivalence(shm, dummy, steps, seed=n_envs * 100 + n_workers, reset_options=options)
-    for kind in expected_ends:  # the run must have exercised the auto-reset paths it claims to
-        assert counts[kind] > 0, f"{name}: no {kind} episode end in {steps} steps: {counts}"
+    counts = run_equivalence(
+        shm, dummy, steps, seed=n_envs * 100 + n_workers, reset_options=options
+    )
+    for (
+        kind
+    ) in expected_ends:  # the run must have exercised the auto-reset paths it claims to
+        assert counts[kind] > 0, (
+            f"{name}: no {kind} episode end in {steps} steps: {counts}"
+        )
 
 
-@pytest.mark.parametrize("n_envs,n_workers", SHAPES, ids=[f"N{n}K{k}" for n, k in SHAPES])
+@pytest.mark.parametrize(
+    "n_envs,n_workers", SHAPES, ids=[f"N{n}K{k}" for n, k in SHAPES]
+)
 @pytest.mark.parametrize("name", ["cartpole", "pendulum", "mixed", "tuple", "acrobot"])
 def test_equivalent_to_dummy(name, n_envs, n_workers, closing):
     _check_run(name, n_envs, n_workers, closing)
@@ -66,11 +78,16 @@ MAIN_CASES = [
     (name, n, k)
     for n, k in [(1, 0), (3, 0), (5, 1), (7, 2), (16, 1)]
     for name in ["cartpole", "pendulum", "mixed", "tuple", "acrobot"]
-    if n not in (3, 7) or name in ("cartpole", "mixed")  # the rest is covered by the other shapes
+    if n not in (3, 7)
+    or name in ("cartpole", "mixed")  # the rest is covered by the other shapes
 ]
 
 
-@pytest.mark.parametrize("name,n_envs,n_workers", MAIN_CASES, ids=[f"{c}-N{n}K{k}+main" for c, n, k in MAIN_CASES])
+@pytest.mark.parametrize(
+    "name,n_envs,n_workers",
+    MAIN_CASES,
+    ids=[f"{c}-N{n}K{k}+main" for c, n, k in MAIN_CASES],
+)
 def test_equivalent_with_main_shard(name, n_envs, n_workers, closing):
     """``main_shard=True``: the main process steps the last shard itself, with the same results."""
     _check_run(name, n_envs, n_workers, closing, main_shard=True)
@@ -119,7 +136,11 @@ def test_seed_and_options_act_at_next_reset_only(closing):
     starts = [info["start"] for info in shm.reset_infos]
     assert np.all(starts[0] == 0.0)  # scale 0 -> uniform(-0, 0)
     assert np.abs(starts[1]).max() > 0.1  # scale 5 took effect
-    assert_same(starts[2], first_starts[2], "same seed, no options: same start as the first reset")
+    assert_same(
+        starts[2],
+        first_starts[2],
+        "same seed, no options: same start as the first reset",
+    )
     assert_same(obs["image"], first["image"], "same seeds replay the same images")
 
     # Seeds and options are used once: the next reset is unseeded and uses default options.
@@ -167,7 +188,9 @@ def test_python_int_and_numpy_scalar_action_arrays(closing):
 
 
 def frozen_lake():
-    return gym.make("FrozenLake-v1", map_name="4x4", is_slippery=True, max_episode_steps=6)
+    return gym.make(
+        "FrozenLake-v1", map_name="4x4", is_slippery=True, max_episode_steps=6
+    )
 
 
 def test_discrete_observations_frozen_lake(closing):
@@ -182,7 +205,9 @@ class MultiActionEnv(gym.Env):
     """MultiDiscrete or MultiBinary actions (integer arrays) and float64 Box observations."""
 
     def __init__(self, binary: bool = False):
-        self.action_space = spaces.MultiBinary(3) if binary else spaces.MultiDiscrete([2, 3, 4])
+        self.action_space = (
+            spaces.MultiBinary(3) if binary else spaces.MultiDiscrete([2, 3, 4])
+        )
         self.observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float64)
 
     def reset(self, *, seed=None, options=None):
@@ -192,8 +217,19 @@ class MultiActionEnv(gym.Env):
 
     def step(self, action):
         assert self.action_space.contains(action), action
-        self.x = self.x + np.asarray(action, dtype=np.float64) - 1.0 + self.np_random.normal(size=3)
-        return self.x.copy(), float(np.sum(action)), bool(np.abs(self.x).max() > 5), False, {}
+        self.x = (
+            self.x
+            + np.asarray(action, dtype=np.float64)
+            - 1.0
+            + self.np_random.normal(size=3)
+        )
+        return (
+            self.x.copy(),
+            float(np.sum(action)),
+            bool(np.abs(self.x).max() > 5),
+            False,
+            {},
+        )
 
 
 @pytest.mark.parametrize("binary", [False, True], ids=["MultiDiscrete", "MultiBinary"])
@@ -233,11 +269,6 @@ def test_envs_returning_live_buffers(closing):
     assert run_equivalence(shm, dummy, 60, seed=11)["terminated"] > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main_shard returns the main-shard envs' own objects in infos (terminal_observation, info dicts) "
-    "without a copy, unlike pickled worker replies and DummyVecEnv's deepcopy: they change on later steps",
-)
 def test_envs_returning_live_buffers_main_shard(closing):
     shm, dummy = make_pair([InPlaceObsEnv] * 3, 1, closing, main_shard=True)
     run_equivalence(shm, dummy, 60, seed=11)

@@ -14,10 +14,17 @@ import pytest
 import torch
 from sb3_compare import make_pair
 from stable_baselines3 import A2C, DQN, PPO, SAC
+from stable_baselines3.common.monitor import Monitor
 
 
 def cartpole():
     return gym.make("CartPole-v1")
+
+
+def monitored_cartpole():
+    return Monitor(
+        gym.make("CartPole-v1")
+    )  # episode infos reach the model's ep_info_buffer
 
 
 def pendulum():
@@ -26,10 +33,36 @@ def pendulum():
 
 NET = {"net_arch": [32, 32]}
 CASES = {
-    "PPO": (PPO, cartpole, 4, 2, 1024, dict(n_steps=64, batch_size=64, n_epochs=2)),
-    "DQN": (DQN, cartpole, 2, 2, 600, dict(learning_starts=100, buffer_size=2000, train_freq=4, target_update_interval=100)),
-    "A2C": (A2C, pendulum, 4, 2, 400, dict(n_steps=5)),
-    "SAC": (SAC, pendulum, 2, 1, 300, dict(learning_starts=100, batch_size=32, buffer_size=1000)),
+    "PPO": (
+        PPO,
+        monitored_cartpole,
+        4,
+        2,
+        1024,
+        {"n_steps": 64, "batch_size": 64, "n_epochs": 2},
+    ),
+    "DQN": (
+        DQN,
+        monitored_cartpole,
+        2,
+        2,
+        600,
+        {
+            "learning_starts": 100,
+            "buffer_size": 2000,
+            "train_freq": 4,
+            "target_update_interval": 100,
+        },
+    ),
+    "A2C": (A2C, pendulum, 4, 2, 400, {"n_steps": 5}),
+    "SAC": (
+        SAC,
+        pendulum,
+        2,
+        1,
+        300,
+        {"learning_starts": 100, "batch_size": 32, "buffer_size": 1000},
+    ),
 }
 
 
@@ -55,9 +88,13 @@ def test_learn_matches_dummy(name, closing):
     got, want = model.policy.state_dict(), reference.policy.state_dict()
     assert list(got) == list(want)
     for key in want:
-        assert torch.equal(got[key], want[key]), f"{name}: parameter {key} differs from the DummyVecEnv run"
-    if hasattr(model, "ep_info_buffer"):
-        assert [e["r"] for e in model.ep_info_buffer] == [e["r"] for e in reference.ep_info_buffer]
+        assert torch.equal(got[key], want[key]), (
+            f"{name}: parameter {key} differs from the DummyVecEnv run"
+        )
+    episodes = [(e["r"], e["l"]) for e in model.ep_info_buffer]
+    assert episodes == [(e["r"], e["l"]) for e in reference.ep_info_buffer]
+    if make is monitored_cartpole:
+        assert len(episodes) > 10
 
     # The env is still fully usable after training.
     obs = shm.reset()
@@ -65,7 +102,9 @@ def test_learn_matches_dummy(name, closing):
     actions, _ = model.predict(obs, deterministic=True)
     assert shm.step(actions)[0].shape == obs.shape
     assert shm.env_is_wrapped(gym.wrappers.TimeLimit) == [True] * n_envs
-    assert np.isfinite(np.concatenate([p.detach().numpy().ravel() for p in model.policy.parameters()])).all()
+    assert np.isfinite(
+        np.concatenate([p.detach().numpy().ravel() for p in model.policy.parameters()])
+    ).all()
 
 
 class MultiBinaryEnv(gym.Env):
@@ -80,19 +119,25 @@ class MultiBinaryEnv(gym.Env):
         return self.np_random.uniform(-1, 1, 3).astype(np.float32), {}
 
     def step(self, action):
-        assert self.action_space.contains(action), action  # float 0./1. arrays are contained
+        assert self.action_space.contains(action), (
+            action
+        )  # float 0./1. arrays are contained
         self.t += 1
         obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
         return obs, float(np.dot(obs, action)), False, self.t >= 20, {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ShmPoolVecEnv.step_async refuses float32 actions for a MultiBinary (int8) space "
-    "(np.can_cast(float32, int8, 'same_kind') is False), but SB3's PPO/A2C send exactly those",
-)
 def test_ppo_multibinary_actions(closing):
-    shm, dummy = make_pair([MultiBinaryEnv] * 2, 2, closing)
-    model = PPO("MlpPolicy", shm, n_steps=16, batch_size=32, n_epochs=1, seed=0, policy_kwargs=NET, device="cpu")
+    shm, _ = make_pair([MultiBinaryEnv] * 2, 2, closing)
+    model = PPO(
+        "MlpPolicy",
+        shm,
+        n_steps=16,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
+        policy_kwargs=NET,
+        device="cpu",
+    )
     model.learn(64)
     assert model.num_timesteps == 64

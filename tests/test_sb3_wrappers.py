@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import gymnasium as gym
-import numpy as np
 from envs import make_image, make_mixed
-from sb3_compare import assert_same, check_step, infos_without, make_pair, run_equivalence, sample_actions
-from stable_baselines3.common.vec_env import VecFrameStack, VecMonitor, VecNormalize, VecTransposeImage
+from sb3_compare import (
+    assert_same,
+    check_step,
+    infos_without,
+    make_pair,
+    run_equivalence,
+    sample_actions,
+)
+from stable_baselines3.common.vec_env import (
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+    VecTransposeImage,
+)
 
 
 def cartpole():
@@ -26,14 +37,23 @@ def test_vec_normalize(closing):
         assert_same(shm_w.obs_rms.mean, dummy_w.obs_rms.mean, "obs_rms.mean")
         assert_same(shm_w.obs_rms.var, dummy_w.obs_rms.var, "obs_rms.var")
         assert_same(shm_w.ret_rms.var, dummy_w.ret_rms.var, "ret_rms.var")
-        assert_same(shm_w.get_original_obs(), dummy_w.get_original_obs(), "original obs")
-        assert_same(shm_w.get_original_reward(), dummy_w.get_original_reward(), "original reward")
+        assert_same(
+            shm_w.get_original_obs(), dummy_w.get_original_obs(), "original obs"
+        )
+        assert_same(
+            shm_w.get_original_reward(),
+            dummy_w.get_original_reward(),
+            "original reward",
+        )
 
 
 def test_vec_frame_stack(closing):
     for make, n, k, stack in ((cartpole, 5, 2, 4), (make_image, 3, 2, 2)):
         shm, dummy = make_pair([make] * n, k, closing)
-        shm_w, dummy_w = VecFrameStack(shm, n_stack=stack), VecFrameStack(dummy, n_stack=stack)
+        shm_w, dummy_w = (
+            VecFrameStack(shm, n_stack=stack),
+            VecFrameStack(dummy, n_stack=stack),
+        )
         assert shm_w.observation_space == dummy_w.observation_space
         counts = run_equivalence(shm_w, dummy_w, 200, seed=5)
         assert counts["done"] > 0
