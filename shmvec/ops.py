@@ -100,3 +100,16 @@ class SetWrapperAttr:
 
     def __call__(self, env: gym.Env) -> None:
         env.set_wrapper_attr(self.name, self.value)
+
+
+def patch_legacy_env(env: Any) -> gym.Env:
+    """SB3's ``_patch_env`` (old ``gym`` envs -> Gymnasium via shimmy), imported only when needed.
+
+    Importing SB3 in every spawn/forkserver worker would also import torch: seconds of
+    start-up and hundreds of MB per worker, for envs that are nearly always Gymnasium's.
+    """
+    if isinstance(env, gym.Env):
+        return env
+    from stable_baselines3.common.vec_env.patch_gym import _patch_env
+
+    return _patch_env(env)

@@ -17,7 +17,6 @@ from shmvec.pool import DEFAULT_SPIN, ShmPool
 
 try:
     from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
-    from stable_baselines3.common.vec_env.patch_gym import _patch_env
     from stable_baselines3.common.vec_env.util import obs_space_info
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -80,7 +79,7 @@ class ShmPoolVecEnv(VecEnv):
             autoreset_mode=AutoresetMode.SAME_STEP,
             timeout=timeout,
             worker_threads=worker_threads,
-            env_wrapper=_patch_env,
+            env_wrapper=ops.patch_legacy_env,
             max_spin=max_spin,
             main_shard=main_shard,
         )

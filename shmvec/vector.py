@@ -368,6 +368,11 @@ class ShmVectorEnv(VectorEnv):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        # Gymnasium's VectorEnv.__del__ closes silently; leave an unclosed env to the pool's
+        # finalizer instead, which releases everything too but warns (ResourceWarning).
+        pass
+
 
 def make_vec(
     env_id: str | gym.envs.registration.EnvSpec,

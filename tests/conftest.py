@@ -26,15 +26,22 @@ def shm_entries() -> set[str]:
 
 
 def worker_pids() -> set[int]:
-    """Descendant processes except multiprocessing's long-lived helpers."""
+    """Descendant processes except multiprocessing's long-lived helpers.
+
+    The forkserver and the resource tracker live for the whole session; the workers a
+    forkserver forks carry the same command line, so they are told apart by their parent.
+    """
     pids = set()
     for child in psutil.Process().children(recursive=True):
         try:
             cmdline = " ".join(child.cmdline())
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            parent_cmdline = " ".join(child.parent().cmdline())
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, AttributeError):
             continue
-        if "forkserver" in cmdline or "resource_tracker" in cmdline:
+        if "resource_tracker" in cmdline:
             continue
+        if "forkserver" in cmdline and "forkserver" not in parent_cmdline:
+            continue  # the server itself, not one of its workers
         pids.add(child.pid)
     return pids
 

@@ -17,7 +17,6 @@ import threading
 import time
 
 import numpy as np
-import posix_ipc
 import psutil
 import pytest
 

@@ -31,7 +31,7 @@ def pendulum():
     return gym.make("Pendulum-v1", max_episode_steps=100)
 
 
-NET = {"net_arch": [32, 32]}
+NET = {"net_arch": [32, 32]}  # copy it per model: SB3 adds keys to policy_kwargs
 CASES = {
     "PPO": (
         PPO,
@@ -68,7 +68,7 @@ CASES = {
 
 def _train(algo, venv, total, kwargs):
     torch.set_num_threads(1)  # identical reductions on both runs
-    model = algo("MlpPolicy", venv, seed=0, policy_kwargs=NET, device="cpu", **kwargs)
+    model = algo("MlpPolicy", venv, seed=0, policy_kwargs=dict(NET), device="cpu", **kwargs)
     model.learn(total)
     return model
 
@@ -136,7 +136,7 @@ def test_ppo_multibinary_actions(closing):
         batch_size=32,
         n_epochs=1,
         seed=0,
-        policy_kwargs=NET,
+        policy_kwargs=dict(NET),
         device="cpu",
     )
     model.learn(64)
