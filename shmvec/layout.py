@@ -31,6 +31,9 @@ CTRL_COMMAND = 0  # written by the main process: a protocol.Command
 CTRL_STATUS = 1  # written by the worker: a protocol.Status
 CTRL_WIDTH = 8
 
+FINAL_OBS = "final_obs"  # optional fields, see ArenaLayout.plan
+FINAL_FLAG = "final_flag"
+
 
 @dataclass(frozen=True)
 class Leaf:
@@ -127,8 +130,16 @@ class ArenaLayout:
 
     @classmethod
     def plan(
-        cls, observation_space: spaces.Space, action_space: spaces.Space, n_envs: int, n_workers: int
+        cls,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        n_envs: int,
+        n_workers: int,
+        final_obs: bool = False,
     ) -> ArenaLayout:
+        """Place every buffer. ``final_obs`` adds a row per env for the last observation of
+        an episode (same-step auto-reset, flat observations only), so that an episode end
+        needs no pickling: ``FINAL_OBS`` holds it and ``FINAL_FLAG[i]`` says it is there."""
         obs_leaves = tuple(flatten_space(observation_space))
         action_leaves = tuple(flatten_space(action_space))
         wanted: list[tuple[str, tuple[int, ...], np.dtype]] = [
@@ -139,6 +150,11 @@ class ArenaLayout:
         ]
         wanted += [(obs_field(leaf.path), (n_envs, *leaf.shape), leaf.dtype) for leaf in obs_leaves]
         wanted += [(action_field(leaf.path), (n_envs, *leaf.shape), leaf.dtype) for leaf in action_leaves]
+        if final_obs and len(obs_leaves) == 1 and obs_leaves[0].path == () and obs_leaves[0].shape:
+            wanted += [
+                (FINAL_OBS, (n_envs, *obs_leaves[0].shape), obs_leaves[0].dtype),
+                (FINAL_FLAG, (n_envs,), np.dtype(np.bool_)),
+            ]
         fields, offset = {}, 0
         for name, shape, dtype in wanted:
             spec = FieldSpec(offset, shape, dtype)

@@ -25,6 +25,7 @@ The adapters (:mod:`shmvec.sb3`, :mod:`shmvec.vector`) turn the arena views and
 from __future__ import annotations
 
 import copy
+import operator
 import multiprocessing as mp
 import os
 import pickle
@@ -33,7 +34,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import cloudpickle
 import gymnasium as gym
@@ -96,6 +97,20 @@ class ShmPool:
         main_shard: the main process steps one more shard itself (the last one) while the
             workers step theirs. Fastest for light envs, as no wake-up sits on the critical
             path, but those envs share the main process: a crash there is not isolated.
+        on_worker_failure: what a worker process dying (exit, signal) during a step does.
+            ``"raise"`` (default): :class:`~shmvec.errors.WorkerDiedError`, and the pool is
+            unusable. ``"restart"``: the worker is re-created from its envs' env_fns (same
+            rows, same shared memory), its new envs are reset (seed ``None``) and that step
+            reports each of them with reward 0, ``terminated=False``, ``truncated=True``
+            and a :class:`~shmvec.protocol.StepInfo` with ``restarted=True`` carrying the
+            reset info (the adapters turn it into the info flag ``"shmvec_restarted"``);
+            the other workers' results of the step are kept. A worker found dead while
+            idle is restarted at the next step, the same way. In NEXT_STEP mode the
+            restarted envs' next step is an autoreset, as after any truncation. Each
+            restart emits a ``RuntimeWarning``. Deaths during other calls (reset,
+            get_attr, ...) still raise ``WorkerDiedError``.
+        max_restarts: restarts allowed over the pool's life with ``"restart"``; a death
+            beyond them raises ``WorkerDiedError`` saying the budget is used up.
     """
 
     def __init__(
@@ -110,6 +125,8 @@ class ShmPool:
         env_wrapper: Callable[[gym.Env], gym.Env] | None = None,
         max_spin: float = DEFAULT_SPIN,
         main_shard: bool = False,
+        on_worker_failure: Literal["raise", "restart"] = "raise",
+        max_restarts: int = 3,
     ):
         env_fns = _check_env_fns(env_fns)
         self.num_envs = len(env_fns)
@@ -128,6 +145,14 @@ class ShmPool:
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
+        if on_worker_failure not in ("raise", "restart"):
+            raise ValueError(f'on_worker_failure must be "raise" or "restart", got {on_worker_failure!r}')
+        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+            raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+        self.on_worker_failure = on_worker_failure
+        self._restart = on_worker_failure == "restart"
+        self.max_restarts = max_restarts
+        self.restarts = 0  # workers re-created so far
         self.n_workers = n_workers
         self.shards = lay.shard_bounds(self.num_envs, n_workers + main_shard)  # worker k: shards[k]
         self._main: Shard | None = None  # the main process's shard, shards[-1], if main_shard
@@ -151,17 +176,13 @@ class ShmPool:
 
     def _start_workers(self, ctx, env_fns, env_wrapper, max_spin, worker_threads, main_shard) -> None:
         res = self._res
-        for k, (start, stop) in enumerate(self.shards[: self.n_workers]):
+        self._spawn_args = (ctx, env_fns, env_wrapper, max_spin, worker_threads)  # kept for restarts
+        for k in range(self.n_workers):
             res.cmd.append(Signal.create(max_spin))
             res.done.append(Signal.create(max_spin))
-            parent_conn, child_conn = ctx.Pipe(duplex=True)
-            res.conns.append(parent_conn)
-            blob = cloudpickle.dumps((list(env_fns[start:stop]), env_wrapper))
-            args = (k, child_conn, blob, start, res.cmd[k].name, res.done[k].name, max_spin, worker_threads, os.getpid())
-            process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"shmvec-worker-{k}")
-            process.start()
-            child_conn.close()
-            res.processes.append(process)
+            res.conns.append(None)
+            res.processes.append(None)
+            self._spawn_worker(k)
         if main_shard:  # built while the workers build theirs
             start, stop = self.shards[-1]
             res.main_envs = build_envs(env_fns[start:stop], env_wrapper, start, where="the main process")
@@ -181,7 +202,11 @@ class ShmPool:
         self.env_spec = hellos[0].spec
 
         self.layout = lay.ArenaLayout.plan(
-            self.single_observation_space, self.single_action_space, self.num_envs, self.n_workers
+            self.single_observation_space,
+            self.single_action_space,
+            self.num_envs,
+            self.n_workers,
+            final_obs=self.autoreset_mode == AutoresetMode.SAME_STEP,
         )
         res.arena = OwnedArena(self.layout.nbytes)
         views = self.layout.views(res.arena.buf)
@@ -190,6 +215,8 @@ class ShmPool:
         self.terminated = views["terminated"]
         self.truncated = views["truncated"]
         self.obs_leaves = {leaf.path: views[lay.obs_field(leaf.path)] for leaf in self.layout.obs_leaves}
+        self._final_obs = views.get(lay.FINAL_OBS)
+        self._final_flag = views.get(lay.FINAL_FLAG)
         self.action_leaves = {leaf.path: views[lay.action_field(leaf.path)] for leaf in self.layout.action_leaves}
         attach = pickle.dumps(Attach(res.arena.name, self.layout, self.autoreset_mode))
         for conn in res.conns:
@@ -199,6 +226,20 @@ class ShmPool:
             self._main = Shard(
                 res.main_envs, start, views, self.layout, self.autoreset_mode, self.single_action_space
             )
+
+    def _spawn_worker(self, k: int) -> None:
+        """Start worker k's process on its shard with a new pipe (at start-up and on restart)."""
+        ctx, env_fns, env_wrapper, max_spin, worker_threads = self._spawn_args
+        res = self._res
+        start, stop = self.shards[k]
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        res.conns[k] = parent_conn
+        blob = cloudpickle.dumps((list(env_fns[start:stop]), env_wrapper))
+        args = (k, child_conn, blob, start, res.cmd[k].name, res.done[k].name, max_spin, worker_threads, os.getpid())
+        process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"shmvec-worker-{k}")
+        process.start()
+        child_conn.close()
+        res.processes[k] = process
 
     # -- stepping ------------------------------------------------------------------
 
@@ -234,14 +275,32 @@ class ShmPool:
                 main_infos = self._main.step(self._main.read_actions())
             except EnvFailed as failure:
                 main_failure = failure
-        replies = self._collect(range(self.n_workers), timeout)
+        dead: list[int] | None = [] if self._restart else None
+        replies = self._collect(range(self.n_workers), timeout, dead)
         if main_failure is not None:
             raise _local_error(main_failure)
-        if self._main is None and len(replies) == 1:
-            return replies[0]
+        if dead:
+            self._restart_dead(dead, replies)
         if main_infos:  # the envs' own objects; worker infos arrive as (pickled) copies
             main_infos = copy.deepcopy(main_infos)
-        return [info for reply in replies for info in reply] + main_infos
+        records = [info for reply in replies for info in reply] + main_infos
+        if self._final_flag is not None:
+            records = self._add_shm_finals(records)
+        return records
+
+    def _add_shm_finals(self, records: list[StepInfo]) -> list[StepInfo]:
+        """Records for the episode ends that travelled through shared memory (empty infos)."""
+        ended = np.flatnonzero(self._final_flag & (self.terminated | self.truncated))
+        if not len(ended):
+            return records
+        finals = self._final_obs[ended]  # one copy for all; rows are independent arrays
+        make = StepInfo._make  # a C-level tuple construction: ~4x cheaper than StepInfo(...)
+        ours = [make((i, {}, finals[n], {})) for n, i in enumerate(ended.tolist())]
+        if not records:
+            return ours
+        records += ours
+        records.sort(key=_env_index)  # adapters add infos in env order, like the references
+        return records
 
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         """``env_i.reset(**kwargs[i])`` for each named env; observations land in the arena."""
@@ -297,27 +356,41 @@ class ShmPool:
             raise _local_error(main_failure)
         return merged
 
-    def _collect(self, workers: Sequence[int], timeout: float | None = None) -> list[Any]:
+    def _collect(self, workers: Sequence[int], timeout: float | None = None, dead: list[int] | None = None) -> list[Any]:
         """Wait until each worker answered; return their replies, raising the first error.
 
         Progress is kept in ``self._awaiting`` so that an interruption (Ctrl-C, a dead
-        peer) never leaves an answer to be mistaken for the next command's.
+        peer) never leaves an answer to be mistaken for the next command's. With a ``dead``
+        list (restart mode, steps), a worker that died is appended to it, while the restart
+        budget lasts, with an empty reply in its place, instead of raising.
         """
         timeout = self.timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         done, ctrl, awaiting = self._res.done, self._ctrl, self._awaiting
         replies, error = [], None
         for k in workers:
-            if awaiting[k] == _AWAIT_DONE:
-                while not done[k].wait(LIVENESS_INTERVAL):
-                    self._check_alive()
-                    if deadline is not None and time.monotonic() > deadline:
-                        self._fail_timeout(k, timeout)
-                awaiting[k] = _IDLE if ctrl[k, lay.CTRL_STATUS] == _STATUS_OK else _AWAIT_PAYLOAD
-            if awaiting[k] == _IDLE:
+            try:  # free in 3.11 until raised
+                if awaiting[k] == _AWAIT_DONE:
+                    while not done[k].wait(LIVENESS_INTERVAL):
+                        self._check_alive(k)
+                        if deadline is not None and time.monotonic() > deadline:
+                            self._fail_timeout(k, timeout)
+                    awaiting[k] = _IDLE if ctrl[k, lay.CTRL_STATUS] == _STATUS_OK else _AWAIT_PAYLOAD
+                if awaiting[k] == _IDLE:
+                    replies.append([])
+                    continue
+                message = self._recv(k, timeout)
+            except WorkerDiedError:
+                if dead is None:
+                    raise
+                if self.restarts + len(dead) >= self.max_restarts:
+                    self._broken += f"; no restart left (max_restarts={self.max_restarts} used up)"
+                    raise WorkerDiedError(self._broken + _CLOSE_HINT) from None
+                self._broken = None  # not broken after all: _restart_dead replaces it
+                awaiting[k] = _IDLE
+                dead.append(k)
                 replies.append([])
                 continue
-            message = self._recv(k, timeout)
             awaiting[k] = _IDLE
             if isinstance(message, ErrorReport):
                 error = error or message
@@ -347,7 +420,7 @@ class ShmPool:
         timeout = self.timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         while not conn.poll(LIVENESS_INTERVAL):
-            self._check_alive()
+            self._check_alive(k)
             if deadline is not None and time.monotonic() > deadline:
                 self._fail_timeout(k, timeout)
         try:
@@ -364,21 +437,89 @@ class ShmPool:
             raise _rebuild(message, self.shards)  # start-up failure
         return message
 
-    def _check_alive(self) -> None:
-        for k, process in enumerate(self._res.processes):
+    def _check_alive(self, k: int) -> None:
+        """Raise WorkerDiedError if a worker died while we wait for worker k.
+
+        Any worker by default; in restart mode only k: the others are checked when their
+        turn comes, as one may have died after answering (its results then stand).
+        """
+        for w in (k,) if self._restart else range(self.n_workers):
+            process = self._res.processes[w]
             if process.exitcode is not None:
-                self._raise_last_words(k)
-                start, stop = self.shards[k]
+                self._raise_last_words(w)
+                start, stop = self.shards[w]
                 self._broken = (
-                    f"worker {k} (envs {start}..{stop - 1}, pid {process.pid}) died with {_describe_exit(process.exitcode)}"
+                    f"worker {w} (envs {start}..{stop - 1}, pid {process.pid}) died with {_describe_exit(process.exitcode)}"
                 )
-                raise WorkerDiedError(self._broken + "; close() the env and create a new one")
+                raise WorkerDiedError(self._broken + _CLOSE_HINT)
 
     def _blame_dead(self, k: int) -> None:
         """Worker k's pipe broke: it is exiting. Raise what killed it once the exit is visible."""
         process = self._res.processes[k]
         process.join(CLOSE_TIMEOUT)
-        self._check_alive()
+        self._check_alive(k)
+
+    # -- restart mode --------------------------------------------------------------
+
+    def _restart_dead(self, dead: list[int], replies: list[Any]) -> None:
+        """Re-create the dead workers; report the step of their envs as a truncation."""
+        # The reset info belongs with the observation only when that obs starts the next
+        # episode (SAME_STEP); in NEXT_STEP the next step resets again and brings its own.
+        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        for k in dead:
+            reset_infos = self._restart_worker(k)
+            start, stop = self.shards[k]
+            self.rewards[start:stop] = 0.0
+            self.terminated[start:stop] = False
+            self.truncated[start:stop] = True
+            if self._final_flag is not None:  # no final obs: it died with the worker
+                self._final_flag[start:stop] = False
+            replies[k] = [StepInfo(i, reset_infos[i] if same_step else {}, restarted=True) for i in range(start, stop)]
+
+    def _restart_worker(self, k: int) -> dict[int, dict[str, Any]]:
+        """Replace dead worker k by a new process on the same rows and signals; return its reset infos."""
+        res = self._res
+        old = res.processes[k]
+        start, stop = self.shards[k]
+        # Warn first: should warnings be errors, the pool stays as it was and the death
+        # is found again at the next step.
+        warnings.warn(
+            f"shmvec: worker {k} (envs {start}..{stop - 1}, pid {old.pid}) died with {_describe_exit(old.exitcode)}; "
+            f"restarting it (restart {self.restarts + 1} of max_restarts={self.max_restarts})",
+            RuntimeWarning,
+            stacklevel=4,  # the adapter's step_wait
+        )
+        self.restarts += 1
+        old.join()  # reaped already (exitcode is set): returns at once
+        old.close()
+        res.processes[k] = None
+        res.conns[k].close()
+        # Posts the dead worker never took (our STEP) or that we never took (its done).
+        res.cmd[k].drain()
+        res.done[k].drain()
+        try:
+            self._awaiting[k] = _AWAIT_PAYLOAD  # so a timeout names its envs
+            self._spawn_worker(k)
+            limit = None if self.timeout is None else max(self.timeout, START_TIMEOUT)
+            hello = self._recv(k, limit)
+            if isinstance(hello, ErrorReport):  # an env_fn raised
+                raise _rebuild(hello, self.shards)
+            for i, pair in enumerate(hello.spaces, start):
+                if pair != (self.single_observation_space, self.single_action_space):
+                    raise SpaceMismatchError(
+                        f"env {i}, rebuilt after its worker died, has spaces {pair}; the pool's are "
+                        f"{(self.single_observation_space, self.single_action_space)}"
+                    )
+            attach = Attach(res.arena.name, self.layout, self.autoreset_mode, restart=True)
+            res.conns[k].send_bytes(pickle.dumps(attach))
+            reply = self._recv(k, limit)
+            if isinstance(reply, ErrorReport):  # an env's reset raised
+                raise _rebuild(reply, self.shards)
+        except BaseException:
+            self._broken = self._broken or f"restarting worker {k} (envs {start}..{stop - 1}) failed"
+            raise
+        self._awaiting[k] = _IDLE
+        return reply
 
     def _raise_last_words(self, k: int) -> None:
         """If dead worker k sent an error report before exiting, raise that instead."""
@@ -453,7 +594,8 @@ class _Resources:
                     self.ctrl[k, lay.CTRL_COMMAND] = Command.CLOSE
                     self.cmd[k].post()
         for conn in self.conns:
-            conn.close()  # a worker blocked on its pipe gets EOF instead of waiting for us
+            if conn is not None:  # None: start-up failed before this worker's pipe existed
+                conn.close()  # a worker blocked on its pipe gets EOF instead of waiting for us
         deadline = time.monotonic() + CLOSE_TIMEOUT
         for k, process in enumerate(self.processes):
             if process is None:
@@ -508,6 +650,9 @@ def _rebuild(report: ErrorReport, shards: list[tuple[int, int]]) -> BaseExceptio
     return exc
 
 
+_env_index = operator.attrgetter("env_index")
+
+
 def _local_error(failure: EnvFailed) -> BaseException:
     """An env of the main shard raised: its own exception, saying where."""
     exc = failure.__cause__
@@ -526,6 +671,8 @@ def _describe_exit(exitcode: int) -> str:
         return f"signal {-exitcode}"
     return f"signal {name}" + _SIGNAL_HINTS.get(name, "")
 
+
+_CLOSE_HINT = "; close() the env and create a new one"
 
 _SIGNAL_HINTS = {
     "SIGKILL": " (killed from outside, e.g. by the out-of-memory killer)",

@@ -56,6 +56,8 @@ class Attach:
     arena_name: str
     layout: Any  # layout.ArenaLayout
     autoreset_mode: AutoresetMode
+    # The worker replaces one that died: it resets its envs and replies their reset infos.
+    restart: bool = False
 
 
 # ---- requests (main -> worker) and replies ------------------------------------------
@@ -82,6 +84,7 @@ class StepInfo(NamedTuple):
     info: dict[str, Any]  # what the env returned last (its reset info if it auto-reset)
     final_obs: Any = None  # SAME_STEP mode, episode ended: the last observation ...
     final_info: dict[str, Any] | None = None  # ... and the step info that came with it
+    restarted: bool = False  # the env's worker died and was re-created (restart mode); info: its reset info
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -55,6 +55,19 @@ class ShmPoolVecEnv(VecEnv):
         main_shard: the main process steps one more shard of envs itself while the workers
             step theirs (fastest for light envs: on C cores use ``n_workers=C - 1``);
             those envs live in the main process, so a crash there is not isolated.
+        on_worker_failure: ``"raise"`` (default): a worker process that dies makes the step
+            raise :class:`~shmvec.errors.WorkerDiedError`. ``"restart"``: the worker is
+            re-created from its env_fns and its envs are reset (seed ``None``); that step
+            returns for each of them the reset observation, reward 0, ``done=True`` and the
+            info ``{"shmvec_restarted": True, "TimeLimit.truncated": True}`` with *no*
+            ``terminal_observation`` (the last observation died with the worker, so
+            on-policy algorithms do not bootstrap; off-policy replay buffers that handle
+            timeouts bootstrap from the reset observation); ``reset_infos`` gets their reset infos.
+            The other envs' results are unaffected. A worker found dead while idle is
+            restarted at the next step. Each restart warns (``RuntimeWarning``). A death
+            during ``reset``, ``env_method``, ``get_attr``, ... still raises.
+        max_restarts: restarts allowed over the env's life with ``"restart"``; one more
+            death raises ``WorkerDiedError`` saying the budget is used up.
 
     Actions are converted to the action space's dtype before they reach the envs
     (``DummyVecEnv`` passes them as given); pass integer actions for integer spaces.
@@ -71,6 +84,8 @@ class ShmPoolVecEnv(VecEnv):
         worker_threads: int | None = 1,
         max_spin: float = DEFAULT_SPIN,
         main_shard: bool = False,
+        on_worker_failure: Literal["raise", "restart"] = "raise",
+        max_restarts: int = 3,
     ):
         self._pool = ShmPool(
             env_fns,
@@ -82,6 +97,8 @@ class ShmPoolVecEnv(VecEnv):
             env_wrapper=ops.patch_legacy_env,
             max_spin=max_spin,
             main_shard=main_shard,
+            on_worker_failure=on_worker_failure,
+            max_restarts=max_restarts,
         )
         try:
             observation_space = self._pool.single_observation_space
@@ -120,6 +137,9 @@ class ShmPoolVecEnv(VecEnv):
                 info = record.final_info
                 info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
                 info["terminal_observation"] = record.final_obs
+                self.reset_infos[i] = record.info
+            elif record.restarted:  # its worker died: the last observation is lost, hence no terminal_observation
+                info = {"shmvec_restarted": True, "TimeLimit.truncated": True}
                 self.reset_infos[i] = record.info
             else:
                 info = record.info

@@ -43,6 +43,8 @@ class Shard:
         self._obs_leaves = [(arena_views[lay.obs_field(leaf.path)], leaf.path) for leaf in layout.obs_leaves]
         self._action_leaves = [(arena_views[lay.action_field(leaf.path)], leaf.path) for leaf in layout.action_leaves]
         self._flat_obs = self._obs_leaves[0][0] if self._obs_leaves[0][1] == () else None
+        self._final_obs = arena_views.get(lay.FINAL_OBS)  # present: episode ends travel in shm
+        self._final_flag = arena_views.get(lay.FINAL_FLAG)
 
     # -- buffers -------------------------------------------------------------------
 
@@ -69,6 +71,7 @@ class Shard:
         reward, terminated, truncated = self.reward, self.terminated, self.truncated
         write_obs, start, autoreset = self.write_obs, self.start, self.autoreset
         same_step, next_step = self._same_step, self._next_step
+        final_view, final_flag = self._final_obs, self._final_flag
         i = start
         try:
             for j, env in enumerate(self.envs):
@@ -85,7 +88,13 @@ class Shard:
                     if same_step:
                         final_obs, final_info = obs, info
                         obs, info = env.reset()
-                        infos.append(StepInfo(i, info, final_obs, final_info))
+                        if final_view is not None and _fits(final_obs, final_view) and not final_info and not info:
+                            final_view[i] = final_obs  # the common case: nothing to pickle
+                            final_flag[i] = True
+                        else:
+                            if final_flag is not None:
+                                final_flag[i] = False
+                            infos.append(StepInfo(i, info, final_obs, final_info))
                     else:
                         autoreset[j] = next_step
                         if info:
@@ -126,6 +135,11 @@ class Shard:
         except Exception as exc:
             raise EnvFailed(i) from exc
         return results
+
+
+def _fits(obs: Any, view: np.ndarray) -> bool:
+    """Whether ``obs`` survives a trip through a row of ``view`` exactly (type, dtype, shape)."""
+    return type(obs) is np.ndarray and obs.dtype == view.dtype and obs.shape == view.shape[1:]
 
 
 class EnvFailed(Exception):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy as copy_module
 import numbers
 from collections.abc import Callable, Sequence
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import gymnasium as gym
 import numpy as np
@@ -73,6 +73,24 @@ class ShmVectorEnv(VectorEnv):
         main_shard: the main process steps one more shard of envs itself while the workers
             step theirs (fastest for light envs: on C cores use ``n_workers=C - 1``);
             those envs live in the main process, so a crash there is not isolated.
+        on_worker_failure: ``"raise"`` (default): a worker process that dies makes the step
+            raise :class:`~shmvec.errors.WorkerDiedError`. ``"restart"``: the worker is
+            re-created from its env_fns and its envs are reset (seed ``None``); that step
+            returns for each of them the reset observation, reward 0, ``terminated=False``,
+            ``truncated=True`` and ``infos["shmvec_restarted"]`` (mask
+            ``infos["_shmvec_restarted"]``); there is no ``final_obs``/``final_info``, as
+            the last observation died with the worker. In ``SAME_STEP`` mode their reset
+            info is in ``infos`` too. In ``NEXT_STEP`` mode their next step is an ordinary
+            autoreset step, as after any truncation: reset again (seed ``None``), actions
+            ignored, reward 0, not terminated or truncated, infos = the reset info; the
+            observation returned with the truncation is a reset one, not the lost
+            episode's last (do not bootstrap from it). In
+            ``DISABLED`` mode reset them yourself, as any ended env. The other envs'
+            results are unaffected. A worker found dead while idle is restarted at the
+            next step. Each restart warns (``RuntimeWarning``). A death during ``reset``,
+            ``call``, ``get_attr``, ... still raises.
+        max_restarts: restarts allowed over the env's life with ``"restart"``; one more
+            death raises ``WorkerDiedError`` saying the budget is used up.
 
     Actions are converted to the action space's dtype before they reach the envs
     (``SyncVectorEnv`` passes them as given): pass ``action_space``-typed actions.
@@ -91,6 +109,8 @@ class ShmVectorEnv(VectorEnv):
         worker_threads: int | None = 1,
         max_spin: float = DEFAULT_SPIN,
         main_shard: bool = False,
+        on_worker_failure: Literal["raise", "restart"] = "raise",
+        max_restarts: int = 3,
     ):
         super().__init__()
         self.autoreset_mode = AutoresetMode(autoreset_mode)
@@ -104,6 +124,8 @@ class ShmVectorEnv(VectorEnv):
             worker_threads=worker_threads,
             max_spin=max_spin,
             main_shard=main_shard,
+            on_worker_failure=on_worker_failure,
+            max_restarts=max_restarts,
         )
         pool = self._pool
         try:
@@ -276,6 +298,8 @@ class ShmVectorEnv(VectorEnv):
                 infos = add_info(
                     infos, {"final_obs": record.final_obs, "final_info": record.final_info}, record.env_index
                 )
+            elif record.restarted:  # its worker died: no final_obs, the last observation is lost
+                infos = add_info(infos, {"shmvec_restarted": True}, record.env_index)
             infos = add_info(infos, record.info, record.env_index)
         return self._observations(), pool.rewards.copy(), terminated, truncated, infos
 

@@ -18,9 +18,10 @@ from typing import Any, Callable
 import cloudpickle
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
-from shmvec.protocol import Attach, Command, ErrorReport, Status
+from shmvec.protocol import Attach, Command, ErrorReport, Reset, Status
 from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.shm import attach
 from shmvec.sync import Signal
@@ -112,6 +113,8 @@ def worker_main(
         arena = attach(attach_msg.arena_name, attach_msg.layout.nbytes)
         views = attach_msg.layout.views(arena)
         shard = Shard(envs, first_env, views, attach_msg.layout, attach_msg.autoreset_mode, envs[0].action_space)
+        if attach_msg.restart:
+            _start_afresh(worker, conn, shard)
         _serve(worker, conn, cmd, done, shard, views["ctrl"], parent_alive)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the main process went away; nobody is left to tell
@@ -148,6 +151,23 @@ def _recv_unless_orphaned(conn: mp.connection.Connection, parent_alive: Callable
         if not parent_alive():
             raise EOFError("the main process died")
     return conn.recv_bytes()
+
+
+def _start_afresh(worker: int, conn: mp.connection.Connection, shard: Shard) -> None:
+    """A worker replacing a dead one: reset its envs (seed None) and reply their reset infos.
+
+    In NEXT_STEP mode their next step is then an autoreset, as after any truncation: the
+    main process reports this restart as one.
+    """
+    try:
+        infos = shard.reset(Reset({i: {} for i in range(shard.start, shard.stop)}))
+        blob = dumps(infos)
+        shard.autoreset[:] = [shard.mode == AutoresetMode.NEXT_STEP] * len(shard.envs)
+    except EnvFailed as failure:
+        blob = dumps(ErrorReport.capture(worker, failure.env_index, failure.__cause__))
+    except Exception as exc:
+        blob = dumps(ErrorReport.capture(worker, None, exc))
+    conn.send_bytes(blob)
 
 
 def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, ctrl: np.ndarray, parent_alive) -> None:

@@ -7,6 +7,7 @@ module to unpickle the envs, do not import pytest, SB3 and torch as well.
 from __future__ import annotations
 
 import functools
+import faulthandler
 import os
 import signal
 import threading
@@ -55,6 +56,7 @@ class FaultyEnv(gym.Env):
             if self.fail == "exit":
                 os._exit(3)
             if self.fail == "segv":
+                faulthandler.disable()  # pytest's, inherited by fork: keep the log free of a fake crash dump
                 os.kill(os.getpid(), signal.SIGSEGV)
             if self.fail == "hang":
                 time.sleep(600)
@@ -81,3 +83,36 @@ class FaultyEnv(gym.Env):
 
 def env_fns(fail: str | None, bad: int = BAD, n: int = N_ENVS, **kwargs) -> list:
     return [functools.partial(FaultyEnv, fail if i == bad else None, **kwargs) for i in range(n)]
+
+
+class DieOnce(gym.Wrapper):
+    """CartPole that kills its own process at its ``at``-th step, unless ``marker`` exists.
+
+    It creates ``marker`` first, so the env rebuilt by a restart lives on. Counts its
+    resets in ``resets`` (a fresh instance starts at 0).
+    """
+
+    def __init__(self, how: str | None = None, at: int = 5, marker: str = ""):
+        super().__init__(gym.make("CartPole-v1"))
+        self.how, self.at, self.marker = how, at, marker
+        self.t = self.resets = 0
+
+    def reset(self, **kwargs):
+        self.resets += 1
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        self.t += 1
+        if self.how and self.t == self.at and not os.path.exists(self.marker):
+            open(self.marker, "x").close()
+            if self.how == "exit":
+                os._exit(3)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.env.step(action)
+
+    def pid(self):
+        return os.getpid()
+
+
+def die_once_fns(how: str | None, marker: str, bad: int = BAD, n: int = N_ENVS, at: int = 5) -> list:
+    return [functools.partial(DieOnce, how if i == bad else None, at, marker) for i in range(n)]
