@@ -9,6 +9,8 @@ name           what                                    processes
 =============  ======================================  =========================
 ``shm_sb3``    ``shmvec.ShmPoolVecEnv``                K workers
 ``shm_gym``    ``shmvec.ShmVectorEnv``                 K workers
+``shm_sb3_main`` ``ShmPoolVecEnv(main_shard=True)``    main + K-1 workers
+``shm_gym_main`` ``ShmVectorEnv(main_shard=True)``     main + K-1 workers
 ``dummy``      SB3 ``DummyVecEnv``                     none (in-process)
 ``subproc``    SB3 ``SubprocVecEnv``                   one per env
 ``sync``       Gymnasium ``SyncVectorEnv``             none (in-process)
@@ -87,6 +89,19 @@ def _shm_gym(env_fns, k):
     return None if env_fns is None else ShmVectorEnv(env_fns, n_workers=k)
 
 
+def _shm_sb3_main(env_fns, k):
+    from shmvec import ShmPoolVecEnv
+
+    # K shards in parallel: the main process steps one of them, K-1 workers the rest.
+    return None if env_fns is None else ShmPoolVecEnv(env_fns, n_workers=(k or 1) - 1, main_shard=True)
+
+
+def _shm_gym_main(env_fns, k):
+    from shmvec import ShmVectorEnv
+
+    return None if env_fns is None else ShmVectorEnv(env_fns, n_workers=(k or 1) - 1, main_shard=True)
+
+
 def _dummy(env_fns, k):
     from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -116,13 +131,15 @@ IMPLS: dict[str, Impl] = {
     for impl in [
         Impl("shm_sb3", "shmvec ShmPoolVecEnv", "sb3", True, False, "shared memory", _shm_sb3),
         Impl("shm_gym", "shmvec ShmVectorEnv", "gym", True, False, "shared memory", _shm_gym),
+        Impl("shm_sb3_main", "shmvec ShmPoolVecEnv main_shard", "sb3", True, False, "shared memory", _shm_sb3_main),
+        Impl("shm_gym_main", "shmvec ShmVectorEnv main_shard", "gym", True, False, "shared memory", _shm_gym_main),
         Impl("dummy", "SB3 DummyVecEnv", "sb3", False, False, "in-process copy", _dummy),
         Impl("subproc", "SB3 SubprocVecEnv", "sb3", False, True, "pickled over pipes", _subproc),
         Impl("sync", "Gymnasium SyncVectorEnv", "gym", False, False, "in-process copy", _sync),
         Impl("async", "Gymnasium AsyncVectorEnv(shm)", "gym", False, True, "shared memory (infos pickled)", _async),
     ]
 }
-SHMVEC = ("shm_sb3", "shm_gym")
+SHMVEC = ("shm_sb3", "shm_gym", "shm_sb3_main", "shm_gym_main")
 BASELINE = "dummy"
 
 

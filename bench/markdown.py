@@ -27,7 +27,7 @@ def fmt_fps(x: float) -> str:
 
 
 def _mib(x: int) -> str:
-    return f"{x / 2**20:,.0f}"
+    return f"{x / 2**20:+,.0f}"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

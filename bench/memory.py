@@ -6,6 +6,9 @@ Three sums over the tree, sampled in a background thread while the env steps:
 - USS counts only pages private to each process (shared buffers do not show at all);
 - PSS splits each shared page among the processes mapping it: the honest total.
 
+USS can go *down* with ``fork``: pages the parent shares with its new children leave
+the parent's USS, so that column may be negative; read PSS.
+
 Reported as the peak during build + reset + stepping, minus the tree before building,
 each configuration in a fresh interpreter (``python -m bench.memory``).
 """
@@ -116,7 +119,7 @@ def measure_memory(config: Config, seconds: float = 1.0) -> MemoryResult:
     finally:
         if session is not None:
             session.close()
-    result.rss, result.uss, result.pss = (max(0, p - b) for p, b in zip(sampler.peak[:3], base[:3]))
+    result.rss, result.uss, result.pss = (p - b for p, b in zip(sampler.peak[:3], base[:3]))
     result.processes = max(0, sampler.peak[3] - base[3])
     return result
 

@@ -54,7 +54,7 @@ class Preset:
 
 HEAVY = ["HumanoidStandup-v5", "ALE/Breakout-v5"]
 PRESETS = {
-    "smoke": Preset(["CartPole-v1", ZERO_COST], [2, 4], SMOKE_TIMING, [1, 4], [4]),
+    "smoke": Preset(["CartPole-v1", ZERO_COST], [2, 4], SMOKE_TIMING, [1, 2], [4]),
     "quick": Preset(["CartPole-v1", "Acrobot-v1", IMAGE_150US, "synth:1ms:4", *HEAVY], [1, 8, 64],
                     Timing(warmup_time=0.2, block_time=0.3, repeats=3), [1, 8, 64], [16]),
     "full": Preset(
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             "Peak over build + reset + 1 s of steps of the whole process tree, minus the tree before building, "
             "each configuration in a fresh interpreter. "
             "PSS splits shared pages among the processes that map them (the honest total); USS counts private "
-            "pages only; RSS counts shared pages once per process.",
+            "pages only (it can fall with fork: the parent's pages become shared); RSS counts shared pages once per process.",
             md.memory_table(mems),
         ]
 

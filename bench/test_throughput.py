@@ -15,10 +15,11 @@ import pytest
 
 from bench.impls import CORES, IMPLS, get_impl
 from bench.measure import Config, Timing
-from bench.workloads import IMAGE_150US, ZERO_COST
+from bench.workloads import IMAGE_150US, ZERO_COST, get_workload
 
 TIMING = Timing(warmup_time=0.2, block_time=0.1)
 ROUNDS = 5
+MAX_OBS_BYTES = 256 * 2**20
 
 
 def configs(envs, ns, ks=range(1, CORES + 1), impls=IMPLS, max_procs=64):
@@ -73,6 +74,6 @@ def test_quick(benchmark, open_session, config):
     ),
 )
 def test_full(benchmark, open_session, config):
-    if config.n * 4 * 2**20 > 256 * 2**20 and "1024x1024" in config.workload:
-        pytest.skip("too many MiB of observations")
+    if get_workload(config.workload).obs_bytes * config.n > MAX_OBS_BYTES:
+        pytest.skip(f"more than {MAX_OBS_BYTES >> 20} MiB of observations per step")
     run(benchmark, open_session(config))
