@@ -25,11 +25,10 @@ The adapters (:mod:`shmvec.sb3`, :mod:`shmvec.vector`) turn the arena views and
 from __future__ import annotations
 
 import copy
-import operator
 import multiprocessing as mp
+import operator
 import os
 import pickle
-import signal
 import time
 import warnings
 import weakref
@@ -44,23 +43,43 @@ from gymnasium.vector import AutoresetMode
 from shmvec import layout as lay
 from shmvec.errors import (
     ClosedEnvError,
-    RemoteTraceback,
     SpaceMismatchError,
     StepStateError,
     StepTimeoutError,
     WorkerDiedError,
 )
-from shmvec.protocol import Attach, Command, ErrorReport, Hello, Reset, RunOps, Status, StepInfo
+from shmvec.failures import (
+    CLOSE_HINT,
+    describe_exit,
+    main_shard_error,
+    ranges,
+    remote_error,
+)
+from shmvec.protocol import (
+    Attach,
+    Command,
+    ErrorReport,
+    Hello,
+    Reset,
+    RunOps,
+    Status,
+    StepInfo,
+)
+from shmvec.resources import CLOSE_TIMEOUT, PoolResources, finalize_unclosed
+from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.shm import OwnedArena
 from shmvec.sync import Signal
-from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
+from shmvec.validation import check_env_fns, check_same_spaces
 from shmvec.worker import worker_main
 
 LIVENESS_INTERVAL = 0.1  # seconds between checks that every worker is still alive while waiting
-CLOSE_TIMEOUT = 3.0  # seconds close() gives workers to exit before terminating them
 # With a timeout set, start-up gets at least this long: spawned workers import modules first.
 START_TIMEOUT = 30.0
-DEFAULT_SPIN = 50e-6  # seconds; upper bound of the adaptive spin on either side
+# Upper bound (seconds) of the adaptive spin on either side. Measured here (CartPole N=64,
+# 2 cores, vs SyncVectorEnv): 50 µs -> 1.29x (K=2) / 1.47x (main_shard); 200 µs -> 1.63x /
+# 1.88x; with K=4 on 2 cores (oversubscribed) 1.35x / 1.50x at 50 µs and 1.27x / 1.37x at
+# 200 µs: no collapse, as waits that outgrow it turn the spin off.
+DEFAULT_SPIN = 200e-6
 
 
 # What the main process still expects from a worker.
@@ -72,6 +91,20 @@ _COMMAND_STEP, _STATUS_OK = int(Command.STEP), int(Status.OK)
 def default_start_method() -> str:
     """forkserver where available, else spawn (the choice SB3's SubprocVecEnv makes)."""
     return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+def _preload_in_forkserver(ctx: Any) -> None:
+    """Have the forkserver import the worker module once, before it forks any worker.
+
+    Otherwise each forkserver worker imports numpy, gymnasium and shmvec itself: seconds
+    per worker on a small machine. Only takes effect if the server has not started yet;
+    modules the user asked to preload are kept.
+    """
+    from multiprocessing import forkserver
+
+    preload = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
+    if "shmvec.worker" not in preload:
+        ctx.set_forkserver_preload([*preload, "shmvec.worker"])
 
 
 class ShmPool:
@@ -128,7 +161,7 @@ class ShmPool:
         on_worker_failure: Literal["raise", "restart"] = "raise",
         max_restarts: int = 3,
     ):
-        env_fns = _check_env_fns(env_fns)
+        env_fns = check_env_fns(env_fns)
         self.num_envs = len(env_fns)
         main_shard = bool(main_shard)
         if n_workers is None:
@@ -164,8 +197,8 @@ class ShmPool:
         self._awaiting = [_IDLE] * n_workers  # per worker: what answer is still owed
 
         ctx = mp.get_context(start_method)
-        self._res = _Resources()
-        self._finalizer = weakref.finalize(self, _finalize, self._res)
+        self._res = PoolResources()
+        self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
         try:
             self._start_workers(ctx, env_fns, env_wrapper, max_spin, worker_threads, main_shard)
         except BaseException:
@@ -176,6 +209,8 @@ class ShmPool:
 
     def _start_workers(self, ctx, env_fns, env_wrapper, max_spin, worker_threads, main_shard) -> None:
         res = self._res
+        if ctx.get_start_method() == "forkserver":
+            _preload_in_forkserver(ctx)
         self._spawn_args = (ctx, env_fns, env_wrapper, max_spin, worker_threads)  # kept for restarts
         for k in range(self.n_workers):
             res.cmd.append(Signal.create(max_spin))
@@ -196,7 +231,7 @@ class ShmPool:
             hellos.append(describe_envs(-1, res.main_envs))
         spaces = [pair for hello in hellos for pair in hello.spaces]
         self.single_observation_space, self.single_action_space = spaces[0]
-        _check_same_spaces(spaces)
+        check_same_spaces(spaces)
         self.env_metadata = hellos[0].metadata
         self.env_render_mode = hellos[0].render_mode
         self.env_spec = hellos[0].spec
@@ -278,7 +313,7 @@ class ShmPool:
         dead: list[int] | None = [] if self._restart else None
         replies = self._collect(range(self.n_workers), timeout, dead)
         if main_failure is not None:
-            raise _local_error(main_failure)
+            raise main_shard_error(main_failure)
         if dead:
             self._restart_dead(dead, replies)
         if main_infos:  # the envs' own objects; worker infos arrive as (pickled) copies
@@ -352,7 +387,7 @@ class ShmPool:
         for reply in self._collect(list(requests)):
             merged.update(reply)
         if main_failure is not None:
-            raise _local_error(main_failure)
+            raise main_shard_error(main_failure)
         return merged
 
     def _collect(self, workers: Sequence[int], timeout: float | None = None, dead: list[int] | None = None) -> list[Any]:
@@ -384,7 +419,7 @@ class ShmPool:
                     raise
                 if self.restarts + len(dead) >= self.max_restarts:
                     self._broken += f"; no restart left (max_restarts={self.max_restarts} used up)"
-                    raise WorkerDiedError(self._broken + _CLOSE_HINT) from None
+                    raise WorkerDiedError(self._broken + CLOSE_HINT) from None
                 self._broken = None  # not broken after all: _restart_dead replaces it
                 awaiting[k] = _IDLE
                 dead.append(k)
@@ -396,7 +431,7 @@ class ShmPool:
             else:
                 replies.append(message)
         if error is not None:
-            raise _rebuild(error, self.shards)
+            raise remote_error(error)
         return replies
 
     def _settle(self) -> None:
@@ -433,7 +468,7 @@ class ShmPool:
             raise failed
         message = pickle.loads(blob)
         if isinstance(message, ErrorReport) and not self._res.arena:
-            raise _rebuild(message, self.shards)  # start-up failure
+            raise remote_error(message)  # start-up failure
         return message
 
     def _check_alive(self, k: int) -> None:
@@ -448,9 +483,9 @@ class ShmPool:
                 self._raise_last_words(w)
                 start, stop = self.shards[w]
                 self._broken = (
-                    f"worker {w} (envs {start}..{stop - 1}, pid {process.pid}) died with {_describe_exit(process.exitcode)}"
+                    f"worker {w} (envs {start}..{stop - 1}, pid {process.pid}) died with {describe_exit(process.exitcode)}"
                 )
-                raise WorkerDiedError(self._broken + _CLOSE_HINT)
+                raise WorkerDiedError(self._broken + CLOSE_HINT)
 
     def _blame_dead(self, k: int) -> None:
         """Worker k's pipe broke: it is exiting. Raise what killed it once the exit is visible."""
@@ -483,7 +518,7 @@ class ShmPool:
         # Warn first: should warnings be errors, the pool stays as it was and the death
         # is found again at the next step.
         warnings.warn(
-            f"shmvec: worker {k} (envs {start}..{stop - 1}, pid {old.pid}) died with {_describe_exit(old.exitcode)}; "
+            f"shmvec: worker {k} (envs {start}..{stop - 1}, pid {old.pid}) died with {describe_exit(old.exitcode)}; "
             f"restarting it (restart {self.restarts + 1} of max_restarts={self.max_restarts})",
             RuntimeWarning,
             stacklevel=4,  # the adapter's step_wait
@@ -502,7 +537,7 @@ class ShmPool:
             limit = None if self.timeout is None else max(self.timeout, START_TIMEOUT)
             hello = self._recv(k, limit)
             if isinstance(hello, ErrorReport):  # an env_fn raised
-                raise _rebuild(hello, self.shards)
+                raise remote_error(hello)
             for i, pair in enumerate(hello.spaces, start):
                 if pair != (self.single_observation_space, self.single_action_space):
                     raise SpaceMismatchError(
@@ -513,7 +548,7 @@ class ShmPool:
             res.conns[k].send_bytes(pickle.dumps(attach))
             reply = self._recv(k, limit)
             if isinstance(reply, ErrorReport):  # an env's reset raised
-                raise _rebuild(reply, self.shards)
+                raise remote_error(reply)
         except BaseException:
             self._broken = self._broken or f"restarting worker {k} (envs {start}..{stop - 1}) failed"
             raise
@@ -530,15 +565,15 @@ class ShmPool:
         except (EOFError, OSError, pickle.UnpicklingError):
             return
         if isinstance(message, ErrorReport):
-            raise _rebuild(message, self.shards)
+            raise remote_error(message)
 
     def _fail_timeout(self, k: int, limit: float | None = None) -> None:
         silent = [i for w in range(self.n_workers) if w == k or not self._answered(w) for i in range(*self.shards[w])]
         self._res.graceful = False  # they are stuck: closing will terminate them
         if self._res.arena is None:  # still starting
-            self._broken = f"envs {_ranges(silent)} were not built within {limit}s"
+            self._broken = f"envs {ranges(silent)} were not built within {limit}s"
             raise StepTimeoutError(self._broken + " (an env_fn hangs?)")
-        self._broken = f"envs {_ranges(silent)} did not answer within timeout={limit or self.timeout}s"
+        self._broken = f"envs {ranges(silent)} did not answer within timeout={limit or self.timeout}s"
         raise StepTimeoutError(self._broken + " (an env step hangs?); close() the env and create a new one")
 
     def _answered(self, w: int) -> bool:
@@ -567,150 +602,4 @@ class ShmPool:
         self.close()
 
 
-class _Resources:
-    """Every OS resource of one pool, so that a finalizer can release them without the pool."""
-
-    def __init__(self):
-        self.processes: list[Any] = []
-        self.conns: list[Any] = []
-        self.cmd: list[Signal] = []
-        self.done: list[Signal] = []
-        self.arena: OwnedArena | None = None
-        self.main_envs: list[gym.Env] = []  # the main shard's envs
-        self.ctrl: np.ndarray | None = None
-        self.graceful = True
-        self.owner_pid = os.getpid()
-
-    def shutdown(self) -> None:
-        """Stop the workers, then release everything. Idempotent; resumes if it was interrupted."""
-        if os.getpid() != self.owner_pid:
-            return  # a forked child's copy of these handles: the resources are not its own
-        graceful = self.graceful and self.ctrl is not None
-        if graceful:
-            for k, process in enumerate(self.processes):
-                if process is not None and process.exitcode is None:
-                    self.done[k].drain()  # a step the user never waited for
-                    self.ctrl[k, lay.CTRL_COMMAND] = Command.CLOSE
-                    self.cmd[k].post()
-        for conn in self.conns:
-            if conn is not None:  # None: start-up failed before this worker's pipe existed
-                conn.close()  # a worker blocked on its pipe gets EOF instead of waiting for us
-        deadline = time.monotonic() + CLOSE_TIMEOUT
-        for k, process in enumerate(self.processes):
-            if process is None:
-                continue
-            if process.exitcode is None and graceful:
-                process.join(max(0.0, deadline - time.monotonic()))
-            if process.exitcode is None:  # stuck (hung env) or never attached: stop it
-                process.terminate()
-                process.join(1.0)
-            if process.exitcode is None:
-                process.kill()
-                process.join()
-            process.close()
-            self.processes[k] = None
-        self.processes = []
-        self.conns = []
-        for sig in self.cmd + self.done:
-            sig.close()
-        self.cmd, self.done = [], []
-        self.ctrl = None
-        for env in self.main_envs:
-            try:
-                env.close()
-            except Exception:
-                pass  # closing must go on; the env is going away anyway
-        self.main_envs = []
-        if self.arena is not None:
-            self.arena.close()
-
-
-def _finalize(res: _Resources) -> None:
-    if os.getpid() != res.owner_pid:
-        return
-    warnings.warn(
-        "a shmvec vector env was not closed; call close() or use it as a context manager",
-        ResourceWarning,
-        stacklevel=2,
-    )
-    res.shutdown()
-
-
-def _rebuild(report: ErrorReport, shards: list[tuple[int, int]]) -> BaseException:
-    """The worker's exception, re-raisable here, with where it happened and its traceback."""
-    where = f"worker {report.worker}"
-    if report.env_index is not None:
-        where = f"env {report.env_index} ({where})"
-    exc = report.rebuild()
-    exc.add_note(f"shmvec: raised in {where}; the remote traceback is shown above")
-    exc.__cause__ = RemoteTraceback(report.traceback)
-    exc.env_index = report.env_index  # type: ignore[attr-defined]
-    exc.worker_index = report.worker  # type: ignore[attr-defined]
-    return exc
-
-
 _env_index = operator.attrgetter("env_index")
-
-
-def _local_error(failure: EnvFailed) -> BaseException:
-    """An env of the main shard raised: its own exception, saying where."""
-    exc = failure.__cause__
-    exc.add_note(f"shmvec: raised in env {failure.env_index} (main process shard)")
-    exc.env_index = failure.env_index  # type: ignore[attr-defined]
-    exc.worker_index = None  # type: ignore[attr-defined]
-    return exc
-
-
-def _describe_exit(exitcode: int) -> str:
-    if exitcode >= 0:
-        return f"exit code {exitcode}"
-    try:
-        name = signal.Signals(-exitcode).name
-    except ValueError:
-        return f"signal {-exitcode}"
-    return f"signal {name}" + _SIGNAL_HINTS.get(name, "")
-
-
-_CLOSE_HINT = "; close() the env and create a new one"
-
-_SIGNAL_HINTS = {
-    "SIGKILL": " (killed from outside, e.g. by the out-of-memory killer)",
-    "SIGSEGV": " (a crash in native code)",
-    "SIGBUS": " (a crash in native code, or shared memory ran out)",
-}
-
-
-def _ranges(indices: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0..2, 5': short, for error messages about many envs."""
-    parts, start = [], None
-    for n, i in enumerate(indices):
-        if start is None:
-            start = i
-        if n + 1 == len(indices) or indices[n + 1] != i + 1:
-            parts.append(str(i) if i == start else f"{start}..{i}")
-            start = None
-    return ", ".join(parts)
-
-
-def _check_env_fns(env_fns: Any) -> list[Callable[[], gym.Env]]:
-    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
-        raise TypeError(f"env_fns must be a list of callables that each build an env, got {type(env_fns).__name__}")
-    env_fns = list(env_fns)
-    if not env_fns:
-        raise ValueError("env_fns is empty: pass at least one callable that builds an env")
-    for i, fn in enumerate(env_fns):
-        if not callable(fn):
-            raise TypeError(
-                f"env_fns[{i}] is a {type(fn).__name__}, not a callable; pass functions that build envs, "
-                "e.g. [lambda: gym.make('CartPole-v1')] * 8"
-            )
-    return env_fns
-
-
-def _check_same_spaces(spaces: list[tuple[gym.Space, gym.Space]]) -> None:
-    obs0, act0 = spaces[0]
-    for i, (obs, act) in enumerate(spaces):
-        if obs != obs0:
-            raise SpaceMismatchError(f"env {i} has observation space {obs}, but env 0 has {obs0}; all envs must match")
-        if act != act0:
-            raise SpaceMismatchError(f"env {i} has action space {act}, but env 0 has {act0}; all envs must match")

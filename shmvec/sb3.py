@@ -12,11 +12,16 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec import ops
-from shmvec.actions import checked_column
 from shmvec.pool import DEFAULT_SPIN, ShmPool
+from shmvec.validation import checked_column
 
 try:
-    from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+    from stable_baselines3.common.vec_env.base_vec_env import (
+        VecEnv,
+        VecEnvIndices,
+        VecEnvObs,
+        VecEnvStepReturn,
+    )
     from stable_baselines3.common.vec_env.util import obs_space_info
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(

@@ -23,9 +23,9 @@ from gymnasium.vector.utils import batch_space
 
 from shmvec import layout as lay
 from shmvec import ops
-from shmvec.actions import checked_column
 from shmvec.errors import ClosedEnvError, InvalidActionError, ResetNeededError
 from shmvec.pool import DEFAULT_SPIN, ShmPool
+from shmvec.validation import checked_column
 
 __all__ = ["ShmVectorEnv", "make_vec"]
 
