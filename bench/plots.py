@@ -25,8 +25,15 @@ def _series(results: Sequence[Result], workload: str) -> dict[str, list[tuple[in
     return {tag: sorted(points) for tag, points in sorted(series.items())}
 
 
+_PALETTE = plt.get_cmap("tab20").colors
+_COLORS: dict[str, tuple] = {}  # implementation tag -> its color, the same in every plot
+
+
 def _style(tag: str) -> dict:
-    return {"linewidth": 2.5, "marker": "o"} if tag.startswith("shm") else {"linewidth": 1.2, "marker": ".", "linestyle": "--"}
+    color = _COLORS.setdefault(tag, _PALETTE[len(_COLORS) % len(_PALETTE)])
+    if tag.startswith("shm"):
+        return {"linewidth": 2.5, "marker": "o", "color": color}
+    return {"linewidth": 1.2, "marker": ".", "linestyle": "--", "color": color}
 
 
 def throughput_plot(results: Sequence[Result], workload: str, path: str) -> str:

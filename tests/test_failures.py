@@ -27,26 +27,21 @@ from shmvec import (
     RemoteTraceback,
     SharedMemoryCapacityError,
     ShmPoolVecEnv,
+    ShmVectorEnv,
     StepStateError,
     StepTimeoutError,
     WorkerDiedError,
 )
 
-try:
-    from shmvec import ShmVectorEnv
-except ImportError:  # the Gymnasium adapter is written in parallel
-    ShmVectorEnv = None
-
-NO_GYM = pytest.mark.skipif(ShmVectorEnv is None, reason="shmvec.ShmVectorEnv not there yet")
-ADAPTERS = ["sb3", pytest.param("gym", marks=NO_GYM)]
+ADAPTERS = ["sb3", "gym"]
 ALL_METHODS = ["fork", "forkserver", "spawn"]
 # The core scenarios: both adapters under fork; under forkserver and spawn the Gymnasium
-# one, whose workers import no SB3/torch (~3 s each here), to keep the suite short.
+# one, to keep the suite short (the engine under both adapters is the same).
 CORE = [
     ("fork", "sb3"),
-    pytest.param("fork", "gym", marks=NO_GYM),
-    pytest.param("forkserver", "gym", marks=NO_GYM),
-    pytest.param("spawn", "gym", marks=NO_GYM),
+    ("fork", "gym"),
+    ("forkserver", "gym"),
+    ("spawn", "gym"),
 ]
 QUICK = 5.0  # seconds: generous bound for "at once" / "within about a second" on a loaded 2-core box
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -444,7 +439,7 @@ STEPPING_SCRIPT = """
     if __name__ == "__main__":
         start_method, adapter, state = sys.argv[1:]
         if adapter == "sb3":
-            from shmvec import ShmPoolVecEnv as VecEnv
+            from shmvec import ShmPoolVecEnv, ShmVectorEnv as VecEnv
         else:
             from shmvec import ShmVectorEnv as VecEnv
         env = VecEnv([SlowEnv] * 4, n_workers=2, start_method=start_method)
@@ -470,8 +465,8 @@ STEPPING_SCRIPT = """
     [
         ("fork", "sb3", "stepping"),
         ("fork", "sb3", "idle"),
-        pytest.param("forkserver", "gym", "stepping", marks=NO_GYM),
-        pytest.param("spawn", "gym", "stepping", marks=NO_GYM),
+        ("forkserver", "gym", "stepping"),
+        ("spawn", "gym", "stepping"),
     ],
 )
 def test_main_process_sigkilled(tmp_path, start_method, adapter, state):
@@ -498,8 +493,8 @@ def test_main_process_sigkilled(tmp_path, start_method, adapter, state):
     [
         ("fork", "sb3", "process"),
         ("fork", "sb3", "group"),
-        pytest.param("forkserver", "gym", "group", marks=NO_GYM),
-        pytest.param("spawn", "gym", "group", marks=NO_GYM),
+        ("forkserver", "gym", "group"),
+        ("spawn", "gym", "group"),
     ],
 )
 def test_ctrl_c(tmp_path, start_method, adapter, target):

@@ -8,13 +8,12 @@ make Python's resource tracker complain. ``no_leaks`` (conftest) double-checks e
 from __future__ import annotations
 
 import gc
-import time
 
 import psutil
 import pytest
 from conftest import shm_entries, worker_pids
 from faulty import env_fns
-from test_failures import ADAPTERS, NO_GYM, QUICK, gone, make_vec, poll_until, read_ready, reset, run_script, shm_of, step
+from test_failures import ADAPTERS, QUICK, gone, make_vec, poll_until, read_ready, reset, run_script, shm_of, step
 
 from shmvec import ShmPool
 
@@ -131,9 +130,9 @@ EXIT_SCRIPT = """
     "start_method, adapter",
     [
         ("fork", "sb3"),
-        pytest.param("fork", "gym", marks=NO_GYM),
-        pytest.param("forkserver", "gym", marks=NO_GYM),
-        pytest.param("spawn", "gym", marks=NO_GYM),
+        ("fork", "gym"),
+        ("forkserver", "gym"),
+        ("spawn", "gym"),
     ],
 )
 def test_interpreter_exit_releases_and_tracker_stays_quiet(tmp_path, start_method, adapter):
