@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy as copy_module
 import numbers
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -386,7 +386,7 @@ class ShmVectorEnv(VectorEnv):
         if self.closed or self._pool.closed:
             raise ClosedEnvError("this vector env is closed; create a new one")
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> ShmVectorEnv:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
