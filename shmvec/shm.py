@@ -80,7 +80,7 @@ class OwnedArena:
         return self._shm.buf
 
     def close(self) -> None:
-        """Unmap and unlink the segment. Idempotent."""
+        """Unlink the segment now; the mapping goes when the last numpy view does. Idempotent."""
         self._finalizer()
 
 
