@@ -57,7 +57,11 @@ class CallMethod:
 
 @dataclass(frozen=True)
 class IsWrapped:
-    """Whether ``env`` is wrapped by ``wrapper_class`` anywhere in its wrapper stack."""
+    """Whether ``env`` is wrapped by ``wrapper_class`` anywhere in its wrapper stack.
+
+    The logic of SB3's ``env_util.is_wrapped``, kept here so workers never import SB3
+    (and with it torch) just to answer this.
+    """
 
     wrapper_class: type
 

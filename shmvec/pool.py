@@ -24,6 +24,7 @@ The adapters (:mod:`shmvec.sb3`, :mod:`shmvec.vector`) turn the arena views and
 
 from __future__ import annotations
 
+import bisect
 import copy
 import multiprocessing as mp
 import operator
@@ -188,6 +189,7 @@ class ShmPool:
         self.restarts = 0  # workers re-created so far
         self.n_workers = n_workers
         self.shards = lay.shard_bounds(self.num_envs, n_workers + main_shard)  # worker k: shards[k]
+        self._shard_starts = [start for start, _ in self.shards]
         self._main: Shard | None = None  # the main process's shard, shards[-1], if main_shard
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.timeout = timeout
@@ -355,9 +357,7 @@ class ShmPool:
         return parts
 
     def _shard_of(self, i: int) -> int:
-        base, extra = divmod(self.num_envs, len(self.shards))
-        cut = extra * (base + 1)  # envs below this sit in the larger shards
-        return i // (base + 1) if i < cut else extra + (i - cut) // base
+        return bisect.bisect_right(self._shard_starts, i) - 1
 
     def _request(self, requests: dict[int, Any]) -> dict[int, Any]:
         self._check_usable()
