@@ -13,6 +13,8 @@ import os
 import pickle
 import signal
 import sys
+import threading
+import time
 from typing import Any, Callable
 
 import cloudpickle
@@ -36,6 +38,7 @@ THREAD_ENV_VARS = (
 # Plain ints for the hot path: attribute access on an IntEnum member costs ~1 µs.
 _COMMAND_STEP, _STATUS_OK, _STATUS_REPLY = int(Command.STEP), int(Status.OK), int(Status.REPLY)
 PARENT_CHECK_INTERVAL = 1.0  # seconds a worker blocks before checking its parent is alive
+ORPHAN_EXIT_CODE = 70  # the main process died while this worker was busy
 
 
 def limit_threads(n_threads: int | None) -> None:
@@ -94,6 +97,8 @@ def worker_main(
     """Entry point of a worker process (see :mod:`shmvec.pool` for the data flow)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     limit_threads(n_threads)
+    parent_alive = _parent_watch(main_pid)
+    _start_orphan_watchdog(parent_alive)
     cmd, done = Signal.open(cmd_name, max_spin), Signal.open(done_name)
     envs: list[gym.Env] = []
     try:
@@ -108,14 +113,13 @@ def worker_main(
             conn.send_bytes(dumps(ErrorReport.capture(worker, None, exc)))
             return
         conn.send_bytes(dumps(hello))
-        parent_alive = _parent_watch(main_pid)
-        attach_msg: Attach = pickle.loads(_recv_unless_orphaned(conn, parent_alive))
+        attach_msg: Attach = pickle.loads(conn.recv_bytes())  # the watchdog ends us if the main process dies
         arena = attach(attach_msg.arena_name, attach_msg.layout.nbytes)
         views = attach_msg.layout.views(arena)
         shard = Shard(envs, first_env, views, attach_msg.layout, attach_msg.autoreset_mode, envs[0].action_space)
         if attach_msg.restart:
             _start_afresh(worker, conn, shard)
-        _serve(worker, conn, cmd, done, shard, views["ctrl"], parent_alive)
+        _serve(worker, conn, cmd, done, shard, views["ctrl"])
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the main process went away; nobody is left to tell
     finally:
@@ -146,11 +150,22 @@ def _parent_watch(main_pid: int) -> Callable[[], bool]:
     return alive
 
 
-def _recv_unless_orphaned(conn: mp.connection.Connection, parent_alive: Callable[[], bool]) -> bytes:
-    while not conn.poll(PARENT_CHECK_INTERVAL):
-        if not parent_alive():
-            raise EOFError("the main process died")
-    return conn.recv_bytes()
+def _start_orphan_watchdog(parent_alive: Callable[[], bool]) -> None:
+    """Exit the process soon after the main process dies, whatever the main thread is doing.
+
+    The command loop notices a dead parent only between commands; an env stuck inside
+    ``step()`` (measured: alive 8 s after the main process was SIGKILLed, burning a core)
+    never gets there. A daemon thread does, as Python code releases the GIL every few ms.
+    Linux's parent-death signal is no substitute: under forkserver the parent is the
+    server, and it fires when the parent *thread* exits, not the process.
+    """
+
+    def watch() -> None:
+        while parent_alive():
+            time.sleep(PARENT_CHECK_INTERVAL)
+        os._exit(ORPHAN_EXIT_CODE)  # nobody is left to clean up for; the OS frees the rest
+
+    threading.Thread(target=watch, name="shmvec-orphan-watchdog", daemon=True).start()
 
 
 def _start_afresh(worker: int, conn: mp.connection.Connection, shard: Shard) -> None:
@@ -170,13 +185,11 @@ def _start_afresh(worker: int, conn: mp.connection.Connection, shard: Shard) -> 
     conn.send_bytes(blob)
 
 
-def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, ctrl: np.ndarray, parent_alive) -> None:
+def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, ctrl: np.ndarray) -> None:
     row = ctrl[worker]
     while True:
         if not cmd.wait(PARENT_CHECK_INTERVAL):
-            if not parent_alive():
-                return  # orphaned: the main process died without closing us
-            continue
+            continue  # idle; should the main process die, the orphan watchdog ends us
         command = row[lay.CTRL_COMMAND]
         payload: Any = None
         try:

@@ -433,6 +433,8 @@ STEPPING_SCRIPT = """
 
         def step(self, action):
             time.sleep(0.02)  # the main process spends its time blocked in the wait
+            while "stuck" in sys.argv:  # stuck in Python code: only a watchdog thread can notice
+                pass
             return np.zeros(2, np.float32), 1.0, False, False, {}
 
 
@@ -467,6 +469,9 @@ STEPPING_SCRIPT = """
         ("fork", "sb3", "idle"),
         ("forkserver", "gym", "stepping"),
         ("spawn", "gym", "stepping"),
+        ("fork", "sb3", "stuck"),
+        ("forkserver", "gym", "stuck"),
+        ("spawn", "gym", "stuck"),
     ],
 )
 def test_main_process_sigkilled(tmp_path, start_method, adapter, state):
