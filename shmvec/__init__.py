@@ -1,14 +1,17 @@
 """shmvec: fast, dependable vectorized RL environments over shared memory.
 
 - :class:`ShmPoolVecEnv` - a Stable-Baselines3 ``VecEnv`` (needs ``shmvec[sb3]``).
-- :class:`ShmVectorEnv` / :func:`make_vec` - a Gymnasium ``VectorEnv``.
+- :class:`ShmVectorEnv` / :func:`make_vec` - a Gymnasium ``VectorEnv``; :func:`register`
+  gives any env id a ``shmvec/`` twin that ``gym.make_vec`` builds as one.
 - :class:`ShmPool` - the engine both adapters share.
 """
 
 from shmvec.errors import (
+    AlreadyPendingError,
     ClosedEnvError,
     EnvError,
     InvalidActionError,
+    NoPendingCallError,
     RemoteTraceback,
     ResetNeededError,
     SharedMemoryCapacityError,
@@ -16,10 +19,12 @@ from shmvec.errors import (
     SpaceMismatchError,
     StepStateError,
     StepTimeoutError,
+    UnbatchedActionError,
     UnsupportedSpaceError,
     WorkerDiedError,
 )
 from shmvec.pool import ShmPool
+from shmvec.registration import register
 from shmvec.vector import ShmVectorEnv, make_vec
 
 __version__ = "0.1.0"
@@ -29,9 +34,12 @@ __all__ = [
     "ShmPoolVecEnv",
     "ShmVectorEnv",
     "make_vec",
+    "register",
+    "AlreadyPendingError",
     "ClosedEnvError",
     "EnvError",
     "InvalidActionError",
+    "NoPendingCallError",
     "RemoteTraceback",
     "ResetNeededError",
     "SharedMemoryCapacityError",
@@ -39,6 +47,7 @@ __all__ = [
     "SpaceMismatchError",
     "StepStateError",
     "StepTimeoutError",
+    "UnbatchedActionError",
     "UnsupportedSpaceError",
     "WorkerDiedError",
 ]

@@ -4,15 +4,19 @@
 
     ShmVecError
     ├── UnsupportedSpaceError      a space cannot live in shared memory      (also TypeError)
-    ├── SpaceMismatchError         envs built by env_fns disagree on spaces  (also ValueError)
+    ├── SpaceMismatchError         envs built by env_fns disagree on spaces  (also ValueError, RuntimeError)
     ├── InvalidActionError         actions of the wrong count/shape/dtype    (also ValueError)
-    ├── ClosedEnvError             the vector env was used after close()
-    ├── StepStateError             step_wait without step_async, or twice step_async
+    │   └── UnbatchedActionError   one action where a batch is expected      (also TypeError)
+    ├── ClosedEnvError             the vector env was used after close()     (also gymnasium's ClosedEnvironmentError)
+    ├── StepStateError             a wait or a call out of order
+    │   ├── NoPendingCallError     a wait with nothing started to wait for   (also gymnasium's NoAsyncCallError)
+    │   ├── AlreadyPendingError    a call while another one is pending       (also gymnasium's AlreadyPendingCallError)
     │   └── ResetNeededError       DISABLED autoreset: stepping an env whose episode ended (also AssertionError)
     ├── SharedMemoryCapacityError  /dev/shm cannot hold the buffers          (also MemoryError)
     ├── EnvError                   an env raised and its exception could not be sent back as itself
     ├── WorkerDiedError            a worker process exited or was killed
-    └── StepTimeoutError           envs did not answer within the timeout    (also TimeoutError)
+    ├── MainModuleError            workers re-imported a main script that has no __main__ guard (also RuntimeError)
+    └── StepTimeoutError           envs did not answer within the timeout    (also TimeoutError, multiprocessing.TimeoutError)
 
     RemoteTraceback                the worker-side traceback, set as ``__cause__`` of env errors
 
@@ -20,9 +24,21 @@ When an env raises inside a worker, the main process re-raises the *original*
 exception (so ``except ValueError`` keeps working), with a note naming the env index
 and worker and the remote traceback attached as ``__cause__``. Only when the
 exception cannot be pickled is it replaced by :class:`EnvError`.
+
+Where Gymnasium's ``AsyncVectorEnv`` raises its own class, the matching shmvec error
+subclasses it too, so code written for either catches both::
+
+    >>> import gymnasium
+    >>> from shmvec.errors import ClosedEnvError
+    >>> issubclass(ClosedEnvError, gymnasium.error.ClosedEnvironmentError)
+    True
 """
 
 from __future__ import annotations
+
+import multiprocessing
+
+from gymnasium import error as gym_error
 
 
 class ShmVecError(Exception):
@@ -33,20 +49,55 @@ class UnsupportedSpaceError(ShmVecError, TypeError):
     """A space type that shmvec cannot lay out in shared memory."""
 
 
-class SpaceMismatchError(ShmVecError, ValueError):
-    """The environments built by ``env_fns`` do not share the same spaces."""
+class SpaceMismatchError(ShmVecError, ValueError, RuntimeError):
+    """The environments built by ``env_fns`` do not share the same spaces.
+
+    A ``RuntimeError`` too, as Gymnasium's vector envs raise one there. When the pool's
+    start-up check raised it, ``space`` says which space differs (``"observation"`` or
+    ``"action"``) and ``spaces`` holds that space of every env, in env order.
+    """
+
+    space: str | None = None
+    spaces: list | None = None
 
 
 class InvalidActionError(ShmVecError, ValueError):
     """Actions of the wrong number, shape or dtype were passed to ``step``."""
 
 
-class ClosedEnvError(ShmVecError):
+class UnbatchedActionError(InvalidActionError, TypeError):
+    """A single action (a scalar) was passed where a batch of ``num_envs`` actions is expected.
+
+    A ``TypeError`` too, as ``AsyncVectorEnv`` raises one there.
+    """
+
+
+class ClosedEnvError(ShmVecError, gym_error.ClosedEnvironmentError):
     """The vector env was used after ``close()``."""
 
 
 class StepStateError(ShmVecError):
-    """``step_wait`` called with no pending step, or ``step_async`` called twice."""
+    """A wait or a call out of order: see the subclasses."""
+
+
+class NoPendingCallError(StepStateError, gym_error.NoAsyncCallError):
+    """A ``*_wait`` call with no matching ``*_async`` call pending (e.g. ``step_wait`` without ``step_async``).
+
+    ``name`` is what was expected to be pending (``"step"``, ``"reset"``, ``"call"``), as in Gymnasium.
+    """
+
+    def __init__(self, message: str, name: str | None = None):
+        super().__init__(message, name)
+
+
+class AlreadyPendingError(StepStateError, gym_error.AlreadyPendingCallError):
+    """A call while another one is pending (e.g. ``step_async`` twice, ``reset`` before ``step_wait``).
+
+    ``name`` is what is pending (``"step"``, ``"reset"``, ``"call"``), as in Gymnasium.
+    """
+
+    def __init__(self, message: str, name: str | None = None):
+        super().__init__(message, name)
 
 
 class ResetNeededError(StepStateError, AssertionError):
@@ -68,8 +119,12 @@ class WorkerDiedError(ShmVecError):
     """A worker process exited or was killed while the pool needed it."""
 
 
-class StepTimeoutError(ShmVecError, TimeoutError):
-    """Some envs did not answer within the configured timeout."""
+class StepTimeoutError(ShmVecError, TimeoutError, multiprocessing.TimeoutError):
+    """Some envs did not answer within the timeout.
+
+    Both timeout classes: the builtin one and ``multiprocessing.TimeoutError``, which
+    ``AsyncVectorEnv`` raises.
+    """
 
 
 class RemoteTraceback(Exception):
@@ -81,3 +136,7 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return f'\n"""\n{self.tb}"""'
+
+
+class MainModuleError(ShmVecError, RuntimeError):
+    """Workers started with forkserver/spawn re-imported a main script that creates a pool at import time."""

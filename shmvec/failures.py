@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from shmvec.errors import RemoteTraceback
+from shmvec.errors import MainModuleError, RemoteTraceback
 from shmvec.protocol import ErrorReport
 from shmvec.shard import EnvFailed
 
@@ -44,8 +44,6 @@ def describe_exit(exitcode: int) -> str:
     return f"signal {name}" + SIGNAL_HINTS.get(name, "")
 
 
-CLOSE_HINT = "; close() the env and create a new one"
-
 SIGNAL_HINTS = {
     "SIGKILL": " (killed from outside, e.g. by the out-of-memory killer)",
     "SIGSEGV": " (a crash in native code)",
@@ -63,3 +61,20 @@ def ranges(indices: list[int]) -> str:
             parts.append(str(i) if i == start else f"{start}..{i}")
             start = None
     return ", ".join(parts)
+
+
+# Exit code of a worker that found itself re-importing the user's main script and creating
+# a pool there (validation.check_not_bootstrapping): the script lacks a __main__ guard.
+UNGUARDED_MAIN_EXIT = 86
+
+
+def unguarded_main_error(exitcode: int | None, start_method: str) -> MainModuleError | None:
+    """The error for a worker that died re-importing an unguarded main script, else None."""
+    if exitcode != UNGUARDED_MAIN_EXIT:
+        return None
+    return MainModuleError(
+        f"the worker processes could not start: with start_method={start_method!r} every worker re-imports "
+        "your main script, and that script creates a shmvec vector env when imported. Put the code that "
+        'creates and uses it under `if __name__ == "__main__":` (see the README quickstart), or pass '
+        'start_method="fork".'
+    )

@@ -1,15 +1,19 @@
 """Pure layout: spaces -> shared-memory buffer specs, and shard slices.
 
-Nothing here touches IPC. A space is flattened into *leaves* (one numpy buffer
-each, shaped ``[N, *leaf_shape]``); :class:`ArenaLayout` places every buffer of
-one pool (observation leaves, action leaves, rewards, flags, control block) at
-a cache-line aligned offset inside a single byte arena.
+Nothing here touches IPC. A space is flattened into *leaves*. A fixed-size leaf
+(Box, Discrete, MultiDiscrete, MultiBinary) gets one numpy buffer shaped
+``[N, *leaf_shape]``; any other space (Graph, Sequence, Text, OneOf, a user-defined
+Space subclass) is a *pickled* leaf: it has no buffer and its values travel pickled
+through the worker's pipe. :class:`ArenaLayout` places every buffer of one pool
+(fixed-size observation and action leaves, rewards, flags, control block) at a
+cache-line aligned offset inside a single byte arena.
 
 Example:
     >>> from gymnasium import spaces
-    >>> [(leaf.path, leaf.shape) for leaf in flatten_space(spaces.Dict(
-    ...     {"pos": spaces.Box(0, 1, (3,)), "id": spaces.Discrete(4)}))]
-    [(('pos',), (3,)), (('id',), ())]
+    >>> # spaces.Dict sorts its keys; the leaves come in that order
+    >>> [(leaf.path, leaf.shape, leaf.pickled) for leaf in flatten_space(spaces.Dict(
+    ...     {"pos": spaces.Box(0, 1, (3,)), "id": spaces.Discrete(4), "name": spaces.Text(8)}))]
+    [(('id',), (), False), (('name',), None, True), (('pos',), (3,), False)]
 """
 
 from __future__ import annotations
@@ -29,7 +33,16 @@ ALIGNMENT = 64  # bytes; one cache line, so neighbouring fields never share one
 # Columns of the per-worker control block (one int64 row of 8 = 64 bytes per worker).
 CTRL_COMMAND = 0  # written by the main process: a protocol.Command
 CTRL_STATUS = 1  # written by the worker: a protocol.Status
+CTRL_SEQ = 2  # written by the main process after the command: a wake-up with no new seq is stale
+CTRL_SENT = 3  # async batches: env ids the main process has put in the worker's inbox so far
+CTRL_READY = 4  # async batches: env ids the worker has put in its outbox so far
 CTRL_WIDTH = 8
+
+# Async batches: per-env fields. Worker k uses rows [s_k, e_k) of INBOX and OUTBOX as
+# rings of env ids (it never has more than e_k - s_k envs in flight).
+INBOX, OUTBOX = "inbox", "outbox"
+READY_NS = "ready_ns"  # when the env's result was written (CLOCK_MONOTONIC, ns): FIFO across workers
+ENV_STATUS = "env_status"  # a protocol.Status per env: whether its info or error follows on the pipe
 
 FINAL_OBS = "final_obs"  # optional fields, see ArenaLayout.plan
 FINAL_FLAG = "final_flag"
@@ -37,21 +50,31 @@ FINAL_FLAG = "final_flag"
 
 @dataclass(frozen=True)
 class Leaf:
-    """One array-valued component of a (possibly nested) space."""
+    """One component of a (possibly nested) space: array-valued, or pickled (``shape is None``)."""
 
     path: tuple[Any, ...]  # keys from the root space to this leaf; () for a flat space
-    shape: tuple[int, ...]  # shape for one env
-    dtype: np.dtype
+    shape: tuple[int, ...] | None  # shape for one env; None: no fixed size, travels pickled
+    dtype: np.dtype | None
+
+    @property
+    def pickled(self) -> bool:
+        """Whether this leaf's values travel pickled through the pipe instead of shared memory."""
+        return self.shape is None
 
 
 @functools.singledispatch
-def flatten_space(space: spaces.Space, path: tuple[Any, ...] = ()) -> list[Leaf]:
+def flatten_space(space: Any, path: tuple[Any, ...] = ()) -> list[Leaf]:
     """Return the leaves of ``space`` in a fixed order (Dict key order, Tuple index order)."""
     raise UnsupportedSpaceError(
-        f"shmvec cannot place a {type(space).__name__} space in shared memory ({space!r}). "
-        "Supported: Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of those. "
-        "Wrap the env (e.g. gymnasium.wrappers.FlattenObservation) to use a supported space."
+        f"expected a gymnasium.spaces.Space, got a {type(space).__name__} ({space!r}) at {path or 'the root'}; "
+        "envs must declare their observation_space and action_space as gymnasium spaces"
     )
+
+
+@flatten_space.register(spaces.Space)
+def _flatten_pickled_space(space: spaces.Space, path: tuple[Any, ...] = ()) -> list[Leaf]:
+    # Graph, Sequence, Text, OneOf, user-defined spaces: no fixed size to lay out.
+    return [Leaf(path, None, None)]
 
 
 @flatten_space.register(spaces.Box)
@@ -70,6 +93,22 @@ def _flatten_dict(space: spaces.Dict, path: tuple[Any, ...] = ()) -> list[Leaf]:
 @flatten_space.register(spaces.Tuple)
 def _flatten_tuple(space: spaces.Tuple, path: tuple[Any, ...] = ()) -> list[Leaf]:
     return [leaf for i, sub in enumerate(space.spaces) for leaf in flatten_space(sub, (*path, i))]
+
+
+def require_fixed_size(space: spaces.Space, what: str, who: str) -> None:
+    """Raise :class:`UnsupportedSpaceError` if ``space`` has a leaf with no fixed size.
+
+    For adapters whose library takes only array spaces (``who`` names the adapter,
+    ``what`` the space, e.g. "observation").
+    """
+    for leaf in flatten_space(space):
+        if leaf.pickled:
+            where = f" at {leaf.path}" if leaf.path else ""
+            raise UnsupportedSpaceError(
+                f"{who} takes only fixed-size {what} spaces (Box, Discrete, MultiDiscrete, MultiBinary, "
+                f"and Dict/Tuple of those), got {get_path(space, leaf.path)}{where} in {space}; "
+                "use shmvec.ShmVectorEnv for Graph, Sequence, Text, OneOf and custom spaces"
+            )
 
 
 def get_path(value: Any, path: tuple[Any, ...]) -> Any:
@@ -124,9 +163,11 @@ class ArenaLayout:
     """Where every buffer of a pool lives in its arena. Picklable; sent to workers once."""
 
     fields: dict[str, FieldSpec]
-    obs_leaves: tuple[Leaf, ...]
+    obs_leaves: tuple[Leaf, ...]  # fixed-size leaves only: each has a buffer
     action_leaves: tuple[Leaf, ...]
     nbytes: int
+    pickled_obs_leaves: tuple[Leaf, ...] = ()  # no buffer: they travel through the pipe
+    pickled_action_leaves: tuple[Leaf, ...] = ()
 
     @classmethod
     def plan(
@@ -139,14 +180,19 @@ class ArenaLayout:
     ) -> ArenaLayout:
         """Place every buffer. ``final_obs`` adds a row per env for the last observation of
         an episode (same-step auto-reset, flat observations only), so that an episode end
-        needs no pickling: ``FINAL_OBS`` holds it and ``FINAL_FLAG[i]`` says it is there."""
-        obs_leaves = tuple(flatten_space(observation_space))
-        action_leaves = tuple(flatten_space(action_space))
+        needs no pickling: ``FINAL_OBS`` holds it and ``FINAL_FLAG[i]`` says it is there.
+        Pickled leaves get no buffer."""
+        obs_leaves, pickled_obs_leaves = _split_pickled(flatten_space(observation_space))
+        action_leaves, pickled_action_leaves = _split_pickled(flatten_space(action_space))
         wanted: list[tuple[str, tuple[int, ...], np.dtype]] = [
             ("ctrl", (n_workers, CTRL_WIDTH), np.dtype(np.int64)),
             ("reward", (n_envs,), np.dtype(np.float64)),
             ("terminated", (n_envs,), np.dtype(np.bool_)),
             ("truncated", (n_envs,), np.dtype(np.bool_)),
+            (INBOX, (n_envs,), np.dtype(np.int64)),
+            (OUTBOX, (n_envs,), np.dtype(np.int64)),
+            (READY_NS, (n_envs,), np.dtype(np.int64)),
+            (ENV_STATUS, (n_envs,), np.dtype(np.int8)),
         ]
         wanted += [(obs_field(leaf.path), (n_envs, *leaf.shape), leaf.dtype) for leaf in obs_leaves]
         wanted += [(action_field(leaf.path), (n_envs, *leaf.shape), leaf.dtype) for leaf in action_leaves]
@@ -160,7 +206,9 @@ class ArenaLayout:
             spec = FieldSpec(offset, shape, dtype)
             fields[name] = spec
             offset += -(-max(spec.nbytes, 1) // ALIGNMENT) * ALIGNMENT
-        return cls(fields, obs_leaves, action_leaves, max(offset, ALIGNMENT))
+        return cls(
+            fields, obs_leaves, action_leaves, max(offset, ALIGNMENT), pickled_obs_leaves, pickled_action_leaves
+        )
 
     def views(self, buffer: Any) -> dict[str, np.ndarray]:
         """Numpy views of every field over ``buffer`` (a memoryview/mmap of at least ``nbytes``)."""
@@ -168,6 +216,11 @@ class ArenaLayout:
             name: np.ndarray(spec.shape, dtype=spec.dtype, buffer=buffer, offset=spec.offset)
             for name, spec in self.fields.items()
         }
+
+
+def _split_pickled(leaves: list[Leaf]) -> tuple[tuple[Leaf, ...], tuple[Leaf, ...]]:
+    """(fixed-size leaves, pickled leaves), each in flattening order."""
+    return tuple(leaf for leaf in leaves if not leaf.pickled), tuple(leaf for leaf in leaves if leaf.pickled)
 
 
 def obs_field(path: tuple[Any, ...]) -> str:

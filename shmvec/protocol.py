@@ -3,6 +3,10 @@
 The per-step path uses only two int64 cells of the control block (``layout.CTRL_*``)
 and two semaphores; everything below the enums is a rare message pickled through the
 worker's pipe: start-up, reset, attribute/method calls, non-empty infos and errors.
+Spaces with leaves of no fixed size (``layout.Leaf.pickled``) add per-step messages:
+:class:`PickledActions` after each STEP command when the action space has such leaves,
+and a :class:`StepInfo` for every env, carrying ``pickled_obs``, in each step reply when
+the observation space has them.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import enum
 import pickle
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
@@ -25,6 +29,7 @@ class Command(enum.IntEnum):
     STEP = 1  # step the shard with the actions in shared memory
     MESSAGE = 2  # a request object follows on the pipe
     CLOSE = 3  # close the envs and exit
+    SEND = 4  # async batches: step the envs newly put in the worker's inbox, one by one
 
 
 class Status(enum.IntEnum):
@@ -56,6 +61,7 @@ class Attach:
     arena_name: str
     layout: Any  # layout.ArenaLayout
     autoreset_mode: AutoresetMode
+    ready_name: str  # the signal posted for every env an async send finishes
     # The worker replaces one that died: it resets its envs and replies their reset infos.
     restart: bool = False
 
@@ -85,6 +91,22 @@ class StepInfo(NamedTuple):
     final_obs: Any = None  # SAME_STEP mode, episode ended: the last observation ...
     final_info: dict[str, Any] | None = None  # ... and the step info that came with it
     restarted: bool = False  # the env's worker died and was re-created (restart mode); info: its reset info
+    # Observation spaces with pickled leaves: {leaf path: value} of the env's (new) observation.
+    pickled_obs: dict[tuple, Any] | None = None
+
+
+class ResetResult(NamedTuple):
+    """An env's reset as a worker replies it when the observation space has pickled leaves."""
+
+    info: dict[str, Any]
+    pickled_obs: dict[tuple, Any]  # {leaf path: value} of the reset observation
+
+
+@dataclass
+class PickledActions:
+    """Main -> worker on the pipe right after a STEP command, when the action space has pickled leaves."""
+
+    columns: dict[tuple, Sequence[Any]]  # leaf path -> the actions of the worker's envs, in env order
 
 
 @dataclass

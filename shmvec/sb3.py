@@ -11,9 +11,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from shmvec import layout as lay
 from shmvec import ops
-from shmvec.pool import DEFAULT_SPIN, ShmPool
-from shmvec.validation import checked_column
+from shmvec.options import DEFAULT_SPIN, PoolOptions
+from shmvec.pool import ShmPool
+from shmvec.validation import checked_column, split_actions
 
 try:
     from stable_baselines3.common.vec_env.base_vec_env import (
@@ -74,6 +76,8 @@ class ShmPoolVecEnv(VecEnv):
         max_restarts: restarts allowed over the env's life with ``"restart"``; one more
             death raises ``WorkerDiedError`` saying the budget is used up.
 
+    Dict and Tuple action spaces (nested too) take one action per env, a list of dicts or
+    tuples, as ``DummyVecEnv`` does; each env gets a dict (tuple) of its leaves' values.
     Actions are converted to the action space's dtype before they reach the envs
     (``DummyVecEnv`` passes them as given); pass integer actions for integer spaces.
     Returned observations are copies: they never change when the next step runs.
@@ -94,27 +98,32 @@ class ShmPoolVecEnv(VecEnv):
     ):
         self._pool = ShmPool(
             env_fns,
-            n_workers,
-            start_method=start_method,
+            PoolOptions(
+                n_workers=n_workers,
+                start_method=start_method,
+                timeout=timeout,
+                worker_threads=worker_threads,
+                max_spin=max_spin,
+                main_shard=main_shard,
+                on_worker_failure=on_worker_failure,
+                max_restarts=max_restarts,
+            ),
             autoreset_mode=AutoresetMode.SAME_STEP,
-            timeout=timeout,
-            worker_threads=worker_threads,
             env_wrapper=ops.patch_legacy_env,
-            max_spin=max_spin,
-            main_shard=main_shard,
-            on_worker_failure=on_worker_failure,
-            max_restarts=max_restarts,
         )
         try:
             observation_space = self._pool.single_observation_space
+            lay.require_fixed_size(observation_space, "observation", "ShmPoolVecEnv")  # SB3 needs arrays
+            lay.require_fixed_size(self._pool.single_action_space, "action", "ShmPoolVecEnv")
             self.keys, _, _ = obs_space_info(observation_space)  # SB3's own check: no nested spaces
             self._obs_views = [(key, self._pool.obs_leaves[() if key is None else (key,)]) for key in self.keys]
-            (self._action_path, self._action_view), *more = self._pool.action_leaves.items()
-            if more or self._action_path != ():
-                raise TypeError(
-                    f"SB3 VecEnvs need a flat action space, got {self._pool.single_action_space}"
-                )
-            super().__init__(len(env_fns), observation_space, self._pool.single_action_space)
+            action_space = self._pool.single_action_space
+            # (path, shared buffer, leaf space) per action leaf; one with path () for a flat space
+            self._action_leaves = [
+                (path, view, lay.get_path(action_space, path)) for path, view in self._pool.action_leaves.items()
+            ]
+            self._flat_action = self._pool.action_leaves.get(())
+            super().__init__(len(env_fns), observation_space, action_space)
         except BaseException:
             self._pool.close()
             raise
@@ -123,12 +132,32 @@ class ShmPoolVecEnv(VecEnv):
 
     # -- stepping ------------------------------------------------------------------
 
-    def step_async(self, actions: np.ndarray) -> None:
-        view = self._action_view
-        actions = checked_column(actions, view, self.action_space, "actions")
+    def step_async(self, actions: np.ndarray | Sequence[Any]) -> None:
+        """Check the actions, write them to shared memory and start the step.
+
+        Args:
+            actions: one action per env: an array of shape ``(num_envs, *action_shape)``
+                for a flat action space; for a Dict or Tuple action space (nested too), a
+                list of ``num_envs`` dicts or tuples, as ``DummyVecEnv`` takes them.
+
+        Raises:
+            InvalidActionError: a wrong count, structure, shape or dtype kind.
+        """
+        columns = self._action_columns(actions)
         self._pool.ensure_can_step()
-        view[...] = actions
+        for view, column in columns:
+            view[...] = column
         self._pool.step_async()
+
+    def _action_columns(self, actions: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(shared buffer, checked values) per action leaf; raises before anything is written."""
+        if self._flat_action is not None:  # the common case: one array, no per-env work
+            return [(self._flat_action, checked_column(actions, self._flat_action, self.action_space, "actions"))]
+        by_path = split_actions(actions, self.action_space, self.num_envs)
+        return [
+            (view, checked_column(by_path[path], view, leaf_space, f"actions at {path}"))
+            for path, view, leaf_space in self._action_leaves
+        ]
 
     def step_wait(self) -> VecEnvStepReturn:
         pool = self._pool

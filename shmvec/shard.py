@@ -2,6 +2,12 @@
 
 The same class serves inside worker processes and, with ``main_shard=True``, inside
 the main process, so both execute exactly the same stepping and auto-reset logic.
+
+Leaves with no fixed size (``layout.Leaf.pickled``) have no shared buffer: their values
+are kept per command in :attr:`Shard.pickled_out` and go back with the reply (a
+:class:`~shmvec.protocol.StepInfo` per env for a step, a
+:class:`~shmvec.protocol.ResetResult` per env for a reset); their actions come in a
+:class:`~shmvec.protocol.PickledActions`.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
-from shmvec.protocol import Hello, Reset, RunOps, StepInfo
+from shmvec.protocol import Hello, PickledActions, Reset, ResetResult, RunOps, StepInfo
 
 
 class Shard:
@@ -42,71 +48,108 @@ class Shard:
         self._action_space = action_space
         self._obs_leaves = [(arena_views[lay.obs_field(leaf.path)], leaf.path) for leaf in layout.obs_leaves]
         self._action_leaves = [(arena_views[lay.action_field(leaf.path)], leaf.path) for leaf in layout.action_leaves]
-        self._flat_obs = self._obs_leaves[0][0] if self._obs_leaves[0][1] == () else None
+        self._flat_obs = self._obs_leaves[0][0] if self._obs_leaves and self._obs_leaves[0][1] == () else None
+        self._pickled_obs_paths = tuple(leaf.path for leaf in layout.pickled_obs_leaves)
+        # Whether a PickledActions message follows each STEP command on the pipe.
+        self.pickled_actions = bool(layout.pickled_action_leaves)
+        self.pickled_out: dict[int, dict[tuple, Any]] = {}  # env index -> its pickled obs leaves
+        # Chosen once: fixed-size spaces pay nothing per env for the pickled leaves of others.
+        self.write_obs = self._write_obs_keeping_pickled if self._pickled_obs_paths else self._write_obs
         self._final_obs = arena_views.get(lay.FINAL_OBS)  # present: episode ends travel in shm
         self._final_flag = arena_views.get(lay.FINAL_FLAG)
 
     # -- buffers -------------------------------------------------------------------
 
-    def write_obs(self, i: int, obs: Any) -> None:
+    def _write_obs(self, i: int, obs: Any) -> None:
         if self._flat_obs is not None:
             self._flat_obs[i] = obs
         else:
             for view, path in self._obs_leaves:
                 view[i] = lay.get_path(obs, path)
 
-    def read_actions(self) -> list[Any]:
-        """This shard's actions, copied out of shared memory (an env may keep them)."""
+    def _write_obs_keeping_pickled(self, i: int, obs: Any) -> None:
+        self._write_obs(i, obs)
+        self.pickled_out[i] = {path: lay.get_path(obs, path) for path in self._pickled_obs_paths}
+
+    def read_actions(self, pickled: PickledActions | None = None) -> list[Any]:
+        """This shard's actions, copied out of shared memory (an env may keep them).
+
+        ``pickled`` holds the actions of the pickled action leaves for this shard's envs.
+        """
         s, e = self.start, self.stop
-        if len(self._action_leaves) == 1 and self._action_leaves[0][1] == ():
+        if pickled is None and len(self._action_leaves) == 1 and self._action_leaves[0][1] == ():
             return list(self._action_leaves[0][0][s:e].copy())
         columns = {path: view[s:e].copy() for view, path in self._action_leaves}
+        if pickled is not None:
+            columns.update(pickled.columns)
         return [lay.unflatten(self._action_space, {p: col[j] for p, col in columns.items()}) for j in range(e - s)]
+
+    def _with_pickled_obs(self, infos: list[StepInfo]) -> list[StepInfo]:
+        """One record per env, in env order, each carrying its pickled observation leaves."""
+        pickled, self.pickled_out = self.pickled_out, {}
+        by_env = {record.env_index: record for record in infos}
+        return [
+            by_env.get(i, StepInfo(i, {}))._replace(pickled_obs=pickled[i]) for i in range(self.start, self.stop)
+        ]
 
     # -- commands ------------------------------------------------------------------
 
     def step(self, actions: list[Any]) -> list[StepInfo]:
         """Step every env of the shard in place; return the infos worth sending."""
         infos: list[StepInfo] = []
-        reward, terminated, truncated = self.reward, self.terminated, self.truncated
-        write_obs, start, autoreset = self.write_obs, self.start, self.autoreset
-        same_step, next_step = self._same_step, self._next_step
-        final_view, final_flag = self._final_obs, self._final_flag
-        i = start
+        step_env = self.step_env
+        for j in range(len(self.envs)):
+            record = step_env(j, actions[j])
+            if record is not None:
+                infos.append(record)
+        if self._pickled_obs_paths:
+            return self._with_pickled_obs(infos)
+        return infos
+
+    def step_env(self, j: int, action: Any) -> StepInfo | None:
+        """Step env ``start + j`` in place (auto-resetting it as the mode says); its record, if worth sending."""
+        i = self.start + j
+        env = self.envs[j]
+        record = None
         try:
-            for j, env in enumerate(self.envs):
-                i = start + j
-                if next_step and autoreset[j]:
+            if self._next_step and self.autoreset[j]:
+                obs, info = env.reset()
+                rew, term, trunc = 0.0, False, False
+            else:
+                obs, rew, term, trunc, info = env.step(action)
+            self.reward[i] = rew
+            self.terminated[i] = term
+            self.truncated[i] = trunc
+            if term or trunc:
+                if self._same_step:
+                    final_obs, final_info = obs, info
                     obs, info = env.reset()
-                    rew, term, trunc = 0.0, False, False
-                else:
-                    obs, rew, term, trunc, info = env.step(actions[j])
-                reward[i] = rew
-                terminated[i] = term
-                truncated[i] = trunc
-                if term or trunc:
-                    if same_step:
-                        final_obs, final_info = obs, info
-                        obs, info = env.reset()
-                        if final_view is not None and _fits(final_obs, final_view) and not final_info and not info:
-                            final_view[i] = final_obs  # the common case: nothing to pickle
-                            final_flag[i] = True
-                        else:
-                            if final_flag is not None:
-                                final_flag[i] = False
-                            infos.append(StepInfo(i, info, final_obs, final_info))
+                    final_view, final_flag = self._final_obs, self._final_flag
+                    if final_view is not None and _fits(final_obs, final_view) and not final_info and not info:
+                        final_view[i] = final_obs  # the common case: nothing to pickle
+                        final_flag[i] = True
                     else:
-                        autoreset[j] = next_step
-                        if info:
-                            infos.append(StepInfo(i, info))
+                        if final_flag is not None:
+                            final_flag[i] = False
+                        record = StepInfo(i, info, final_obs, final_info)
                 else:
-                    autoreset[j] = False
+                    self.autoreset[j] = self._next_step
                     if info:
-                        infos.append(StepInfo(i, info))
-                write_obs(i, obs)
+                        record = StepInfo(i, info)
+            else:
+                self.autoreset[j] = False
+                if info:
+                    record = StepInfo(i, info)
+            self.write_obs(i, obs)
         except Exception as exc:  # zero-cost until raised (3.11)
             raise EnvFailed(i) from exc
-        return infos
+        return record
+
+    def read_action(self, i: int) -> Any:
+        """Env ``i``'s action (async batches: fixed-size action leaves only), copied out of shared memory."""
+        if len(self._action_leaves) == 1 and self._action_leaves[0][1] == ():
+            return self._action_leaves[0][0][i].copy()
+        return lay.unflatten(self._action_space, {path: view[i].copy() for view, path in self._action_leaves})
 
     def reset(self, request: Reset) -> dict[int, dict[str, Any]]:
         infos = {}
@@ -123,8 +166,18 @@ class Shard:
         return infos
 
     def handle(self, request: Reset | RunOps) -> dict[int, Any]:
-        """Serve a rare request: a reset or operations on envs."""
-        return self.reset(request) if isinstance(request, Reset) else self.run_ops(request)
+        """Serve a rare request: a reset or operations on envs.
+
+        A reset replies ``{i: info}``, or ``{i: ResetResult(info, pickled_obs)}`` when the
+        observation space has pickled leaves.
+        """
+        if not isinstance(request, Reset):
+            return self.run_ops(request)
+        self.pickled_out = {}
+        infos = self.reset(request)
+        if not self._pickled_obs_paths:
+            return infos
+        return {i: ResetResult(info, self.pickled_out[i]) for i, info in infos.items()}
 
     def run_ops(self, request: RunOps) -> dict[int, Any]:
         results = {}

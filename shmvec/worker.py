@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
-from shmvec.protocol import Attach, Command, ErrorReport, Reset, Status
+from shmvec.protocol import Attach, Command, ErrorReport, Reset, Status, StepInfo
 from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.shm import attach
 from shmvec.sync import Signal
@@ -36,7 +36,8 @@ THREAD_ENV_VARS = (
     "VECLIB_MAXIMUM_THREADS",
 )
 # Plain ints for the hot path: attribute access on an IntEnum member costs ~1 µs.
-_COMMAND_STEP, _STATUS_OK, _STATUS_REPLY = int(Command.STEP), int(Status.OK), int(Status.REPLY)
+_COMMAND_STEP, _COMMAND_SEND = int(Command.STEP), int(Command.SEND)
+_STATUS_OK, _STATUS_REPLY = int(Status.OK), int(Status.REPLY)
 PARENT_CHECK_INTERVAL = 1.0  # seconds a worker blocks before checking its parent is alive
 ORPHAN_EXIT_CODE = 70  # the main process died while this worker was busy
 
@@ -106,20 +107,22 @@ def worker_main(
             env_fns, env_wrapper = cloudpickle.loads(env_fns_blob)
             envs = build_envs(env_fns, env_wrapper, first_env, where=f"worker {worker}")
             hello = describe_envs(worker, envs)
-        except EnvFailed as failure:
-            conn.send_bytes(dumps(ErrorReport.capture(worker, failure.env_index, failure.__cause__)))
-            return
         except Exception as exc:
-            conn.send_bytes(dumps(ErrorReport.capture(worker, None, exc)))
+            conn.send_bytes(dumps(capture(worker, exc)))
             return
         conn.send_bytes(dumps(hello))
         attach_msg: Attach = pickle.loads(conn.recv_bytes())  # the watchdog ends us if the main process dies
         arena = attach(attach_msg.arena_name, attach_msg.layout.nbytes)
         views = attach_msg.layout.views(arena)
         shard = Shard(envs, first_env, views, attach_msg.layout, attach_msg.autoreset_mode, envs[0].action_space)
+        ready = Signal.open(attach_msg.ready_name)
+        sends = _Sends(worker, conn, ready, shard, views)
         if attach_msg.restart:
             _start_afresh(worker, conn, shard)
-        _serve(worker, conn, cmd, done, shard, views["ctrl"])
+        try:
+            _serve(worker, conn, cmd, done, shard, views, sends)
+        finally:
+            ready.close()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the main process went away; nobody is left to tell
     finally:
@@ -178,23 +181,31 @@ def _start_afresh(worker: int, conn: mp.connection.Connection, shard: Shard) -> 
         infos = shard.reset(Reset({i: {} for i in range(shard.start, shard.stop)}))
         blob = dumps(infos)
         shard.autoreset[:] = [shard.mode == AutoresetMode.NEXT_STEP] * len(shard.envs)
-    except EnvFailed as failure:
-        blob = dumps(ErrorReport.capture(worker, failure.env_index, failure.__cause__))
     except Exception as exc:
-        blob = dumps(ErrorReport.capture(worker, None, exc))
+        blob = dumps(capture(worker, exc))
     conn.send_bytes(blob)
 
 
-def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, ctrl: np.ndarray) -> None:
-    row = ctrl[worker]
+def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[str, np.ndarray], sends: _Sends) -> None:
+    row = views["ctrl"][worker]
+    seen = 0  # the last command's sequence number
     while True:
         if not cmd.wait(PARENT_CHECK_INTERVAL):
             continue  # idle; should the main process die, the orphan watchdog ends us
+        seq = row[lay.CTRL_SEQ]
+        if seq == seen:
+            continue  # a stale wake-up: a SEND whose envs an earlier wake-up already stepped
+        seen = seq
         command = row[lay.CTRL_COMMAND]
+        if command == _COMMAND_SEND:
+            sends.run(row)
+            continue
         payload: Any = None
         try:
             if command == _COMMAND_STEP:
-                payload = shard.step(shard.read_actions()) or None
+                # Pickled action leaves follow the command on the pipe; fixed-size ones are in shm.
+                pickled = pickle.loads(conn.recv_bytes()) if shard.pickled_actions else None
+                payload = shard.step(shard.read_actions(pickled)) or None
             elif command == Command.MESSAGE:
                 request = pickle.loads(conn.recv_bytes())
                 payload = shard.handle(request)
@@ -206,12 +217,56 @@ def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, ctrl: np.ndarr
                 raise RuntimeError(f"unknown command {command}")
             status = _STATUS_OK if payload is None else _STATUS_REPLY
             blob = dumps(payload) if payload is not None else b""
-        except EnvFailed as failure:
-            report = ErrorReport.capture(worker, failure.env_index, failure.__cause__)
-            status, blob = Status.ERROR, dumps(report)
-        except Exception as exc:  # a failure of ours (e.g. unpicklable request or result)
-            status, blob = Status.ERROR, dumps(ErrorReport.capture(worker, None, exc))
+        except Exception as exc:  # an env's, or ours (e.g. an unpicklable request or result)
+            status, blob = Status.ERROR, dumps(capture(worker, exc))
         row[lay.CTRL_STATUS] = status
         done.post()  # before sending: a large payload must not block on a full pipe
         if status != _STATUS_OK:
             conn.send_bytes(blob)
+
+
+def capture(worker: int, exc: Exception) -> ErrorReport:
+    """The report of ``exc``: an env's own exception (with its index) if a shard raised it."""
+    if isinstance(exc, EnvFailed):
+        return ErrorReport.capture(worker, exc.env_index, exc.__cause__)
+    return ErrorReport.capture(worker, None, exc)
+
+
+class _Sends:
+    """Async batches, worker side: step the envs put in the inbox one by one, publishing each.
+
+    For every env: write its rows, its status and the time, put its id in the outbox,
+    count it in the control row, post ``ready``; then, unless its status is OK, send its
+    record or error report on the pipe (after publishing: the main process reads the
+    pipe only for envs it has seen finish, so sending first could deadlock on a full pipe).
+    """
+
+    def __init__(self, worker: int, conn, ready: Signal, shard: Shard, views: dict[str, np.ndarray]):
+        self.worker, self.conn, self.ready, self.shard = worker, conn, ready, shard
+        self.inbox, self.outbox = views[lay.INBOX], views[lay.OUTBOX]
+        self.ready_ns, self.env_status = views[lay.READY_NS], views[lay.ENV_STATUS]
+        self.start, self.size = shard.start, shard.stop - shard.start
+        self.taken = self.published = 0
+
+    def run(self, row: np.ndarray) -> None:
+        shard, start, size = self.shard, self.start, self.size
+        while self.taken < row[lay.CTRL_SENT]:
+            i = int(self.inbox[start + self.taken % size])
+            self.taken += 1
+            blob = None
+            try:
+                record = shard.step_env(i - start, shard.read_action(i))
+                if shard.pickled_out:  # observation leaves with no fixed size travel with the record
+                    record = (record or StepInfo(i, {}))._replace(pickled_obs=shard.pickled_out.pop(i))
+                if record is not None:
+                    blob = dumps([record])
+            except Exception as exc:
+                blob = dumps(capture(self.worker, exc))
+            self.env_status[i] = _STATUS_OK if blob is None else _STATUS_REPLY
+            self.ready_ns[i] = time.monotonic_ns()
+            self.outbox[start + self.published % size] = i
+            self.published += 1
+            row[lay.CTRL_READY] = self.published
+            self.ready.post()
+            if blob is not None:
+                self.conn.send_bytes(blob)

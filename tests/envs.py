@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
@@ -180,3 +182,281 @@ class NestedEnv(gym.Env):
 
     def render(self):
         return np.full((3, 3, 3), self.t % 256, dtype=np.uint8)
+
+
+# ---- spaces with no fixed size (they travel pickled) -----------------------------------
+
+
+@dataclass(frozen=True)
+class Token:
+    """An element of :class:`TokenSpace`: a value type defined by the user."""
+
+    name: str
+    count: int
+
+
+class TokenSpace(spaces.Space):
+    """A user-defined space (no shape, no dtype): tokens with a name from a vocabulary and a count."""
+
+    def __init__(self, vocabulary=("up", "down", "left", "right", "stop"), max_count: int = 9, seed=None):
+        self.vocabulary = tuple(vocabulary)
+        self.max_count = max_count
+        super().__init__(None, None, seed)
+
+    def sample(self, mask=None, probability=None) -> Token:
+        name = self.vocabulary[int(self.np_random.integers(len(self.vocabulary)))]
+        return Token(name, int(self.np_random.integers(0, self.max_count + 1)))
+
+    def contains(self, x) -> bool:
+        return isinstance(x, Token) and x.name in self.vocabulary and 0 <= x.count <= self.max_count
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TokenSpace) and (self.vocabulary, self.max_count) == (other.vocabulary, other.max_count)
+
+    def __repr__(self) -> str:
+        return f"TokenSpace({self.vocabulary}, {self.max_count})"
+
+
+def _graph(rng: np.random.Generator, n_nodes: int, edge_kinds: int | None) -> spaces.GraphInstance:
+    nodes = rng.uniform(-1, 1, (n_nodes, 2)).astype(np.float32)
+    if edge_kinds is None:
+        return spaces.GraphInstance(nodes, None, None)
+    n_edges = int(rng.integers(0, 2 * n_nodes))
+    edges = rng.integers(0, edge_kinds, n_edges)
+    return spaces.GraphInstance(nodes, edges, rng.integers(0, n_nodes, (n_edges, 2)).astype(np.int32))
+
+
+class AnySpaceEnv(gym.Env):
+    """Dict observations mixing Box/Discrete leaves with Text, Graph, Sequence, OneOf and a
+    custom space (one also nested in a Tuple); a Dict action of Box, Text and the custom space.
+
+    Episodes end by termination (a random walk leaves a box, or the action says "stop" 9
+    times) and, through a TimeLimit wrapper (:func:`make_any_space`), by truncation;
+    infos are sparse and carry values of the non-array spaces too.
+    """
+
+    def __init__(self):
+        self.observation_space = spaces.Dict(
+            {
+                "pos": spaces.Box(-np.inf, np.inf, (2,), np.float32),
+                "label": spaces.Text(max_length=6, min_length=1),
+                "token": TokenSpace(),
+                "trail": spaces.Sequence(spaces.Box(-5, 5, (2,), np.float32)),
+                "net": spaces.Graph(spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(3)),
+                "pick": spaces.OneOf((spaces.Discrete(3), spaces.Box(-1, 1, (2,), np.float32))),
+                "meta": spaces.Tuple((spaces.Discrete(4), spaces.Text(max_length=4, min_length=1))),
+                "hp": spaces.Discrete(10),
+            }
+        )
+        self.action_space = spaces.Dict(
+            {
+                "move": spaces.Box(-1.0, 1.0, (2,), np.float32),
+                "say": spaces.Text(max_length=4, min_length=1),
+                "token": TokenSpace(),
+            }
+        )
+
+    def _obs(self, say: str, token: Token):
+        rng = self.np_random
+        pick = (0, int(rng.integers(3))) if self.t % 2 else (1, rng.uniform(-1, 1, 2).astype(np.float32))
+        label = (say + str(self.t))[:6]
+        return {
+            "pos": self.pos.astype(np.float32),
+            "label": label,
+            "token": token,
+            "trail": tuple(self.trail[-(self.t % 4) :]) if self.t % 4 else (),
+            "net": _graph(rng, 1 + self.t % 3, 3),
+            "pick": pick,
+            "meta": (self.t % 4, label[:4]),
+            "hp": int(self.hp),
+        }
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        scale = 0.1 if not options else options.get("scale", 0.1)
+        self.pos = self.np_random.uniform(-scale, scale, 2)
+        self.t, self.hp, self.trail = 0, 9, []
+        return self._obs("go", Token("up", 0)), {"spawn": self.pos.copy()}
+
+    def step(self, action):
+        self.t += 1
+        token = action["token"]
+        self.pos = self.pos + 0.3 * np.asarray(action["move"], np.float64) + self.np_random.normal(0, 0.2, 2)
+        self.trail.append(np.clip(self.pos, -5, 5).astype(np.float32))
+        self.hp = max(0, self.hp - int(token.name == "stop"))
+        terminated = bool(np.abs(self.pos).max() > 1.5) or self.hp == 0
+        reward = float(-np.abs(self.pos).sum()) + 0.1 * token.count + 0.01 * len(action["say"])
+        info = {"heard": action["say"], "token": token} if self.t % 3 == 0 else {}
+        return self._obs(action["say"], token), reward, terminated, False, info
+
+
+def make_any_space(max_episode_steps: int = 20):
+    return gym.wrappers.TimeLimit(AnySpaceEnv(), max_episode_steps=max_episode_steps)
+
+
+class TextTokenEnv(gym.Env):
+    """No fixed-size leaf at all: a Text observation and a custom-space action."""
+
+    def __init__(self):
+        self.observation_space = spaces.Text(max_length=8, min_length=1)
+        self.action_space = TokenSpace()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return "start", {}
+
+    def step(self, action: Token):
+        self.t += 1
+        terminated = action.name == "stop" and bool(self.np_random.random() < 0.5)
+        info = {"echo": action} if action.count > 6 else {}
+        return f"{action.name[:3]}{action.count}{self.t % 100}", float(action.count), terminated, False, info
+
+
+def make_text_token(max_episode_steps: int = 15):
+    return gym.wrappers.TimeLimit(TextTokenEnv(), max_episode_steps=max_episode_steps)
+
+
+class TupleAnySpaceEnv(gym.Env):
+    """Tuple observations (Box, stacked Sequence, edgeless Graph); a Tuple action (Discrete, OneOf)."""
+
+    def __init__(self):
+        self.observation_space = spaces.Tuple(
+            (
+                spaces.Box(-5, 5, (3,), np.float32),
+                spaces.Sequence(spaces.Discrete(5), stack=True),
+                spaces.Graph(spaces.Box(-1, 1, (2,), np.float32), None),
+            )
+        )
+        self.action_space = spaces.Tuple(
+            (spaces.Discrete(3), spaces.OneOf((spaces.Discrete(2), spaces.Box(-1, 1, (1,), np.float32))))
+        )
+
+    def _obs(self):
+        rng = self.np_random
+        return (self.x.copy(), rng.integers(0, 5, int(rng.integers(0, 4))), _graph(rng, 1 + self.t % 2, None))
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        direction, (kind, value) = action
+        push = float(value) if kind == 0 else float(np.asarray(value)[0])
+        self.x = np.clip(self.x + (int(direction) - 1) * 0.3 + push * 0.1, -5, 5).astype(np.float32)
+        self.x += self.np_random.normal(0, 0.1, 3).astype(np.float32)
+        terminated = bool(abs(self.x[0]) > 2)
+        return self._obs(), float(self.x[1]), terminated, False, ({"kind": int(kind)} if self.t % 5 == 0 else {})
+
+
+def make_tuple_any_space(max_episode_steps: int = 25):
+    return gym.wrappers.TimeLimit(TupleAnySpaceEnv(), max_episode_steps=max_episode_steps)
+
+
+def echo_action(action, space: spaces.Space):
+    """The action an env got, in a canonical form: dict keys in the space's order, tuples as tuples.
+
+    Leaf values keep their own type and dtype, so an info carrying the echo shows exactly
+    what reached the env, up to dict key order, list-vs-tuple and 0-d array-vs-numpy scalar
+    (a shared buffer hands a shape-() leaf over as a scalar, as DummyVecEnv hands the rows
+    of an array batch), none of which changes what the env computes.
+    """
+    if isinstance(space, spaces.Dict):
+        return {key: echo_action(action[key], sub) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(echo_action(action[k], sub) for k, sub in enumerate(space.spaces))
+    if isinstance(action, np.ndarray):
+        return action[()] if action.ndim == 0 else action.copy()
+    return action
+
+
+class DictActionEnv(gym.Env):
+    """A Dict action space with a nested Tuple, Box observations, random episode ends.
+
+    Every action leaf moves the state, so a wrong or lost leaf changes the run. Episodes end
+    by termination (the walk leaves a box) and, through :func:`make_dict_action`'s TimeLimit,
+    by truncation. Every 4th step the info echoes the action the env got.
+    """
+
+    def __init__(self):
+        self.observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        self.action_space = spaces.Dict(
+            {
+                "move": spaces.Box(-1.0, 1.0, (2,), np.float32),
+                "gear": spaces.Discrete(3, start=-1),
+                "aux": spaces.Tuple((spaces.MultiBinary(3), spaces.Box(0.0, 2.0, (), np.float64))),
+            }
+        )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = self.np_random.uniform(-0.5, 0.5, 2).astype(np.float32)
+        self.speed, self.t = np.float32(0.0), 0
+        return self._obs(), {"spawn": self.pos.copy()}
+
+    def _obs(self):
+        return np.array([*self.pos, self.speed, self.t], dtype=np.float32)
+
+    def step(self, action):
+        bits, boost = action["aux"]
+        self.t += 1
+        self.speed = np.float32(self.speed + np.float32(0.1) * np.float32(action["gear"]))
+        self.pos = (self.pos + action["move"] * self.speed + np.float32(boost) * np.float32(0.05) * bits[:2]).astype(
+            np.float32
+        )
+        self.pos += self.np_random.normal(0, 0.1, 2).astype(np.float32)
+        terminated = bool(np.abs(self.pos).max() > 2.0)
+        reward = float(-np.abs(self.pos).sum()) + float(bits.sum()) * 0.01
+        info = {"action": echo_action(action, self.action_space)} if self.t % 4 == 0 else {}
+        return self._obs(), reward, terminated, False, info
+
+
+def make_dict_action(max_episode_steps: int = 30):
+    return gym.wrappers.TimeLimit(DictActionEnv(), max_episode_steps=max_episode_steps)
+
+
+class TupleActionEnv(gym.Env):
+    """A Tuple action space with a nested Dict, flat Dict observations, random episode ends.
+
+    Ends by termination and by its own truncation (``max_steps``); every 3rd step the info
+    echoes the action the env got.
+    """
+
+    def __init__(self, max_steps: int = 40):
+        self.observation_space = spaces.Dict(
+            {"pos": spaces.Box(-10.0, 10.0, (3,), np.float64), "step": spaces.Discrete(1000)}
+        )
+        self.action_space = spaces.Tuple(
+            (
+                spaces.Discrete(4),
+                spaces.Box(-2.0, 2.0, (3,), np.float64),
+                spaces.Dict({"mode": spaces.MultiDiscrete([2, 5]), "scale": spaces.Box(0, 255, (1,), np.uint8)}),
+            )
+        )
+        self.max_steps = max_steps
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = self.np_random.uniform(-1.0, 1.0, 3)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return {"pos": self.pos.copy(), "step": self.t}
+
+    def step(self, action):
+        direction, push, extra = action
+        self.t += 1
+        shift = np.zeros(3)
+        shift[int(direction) % 3] = 0.2 if direction < 3 else -0.2
+        scale = 1.0 + float(extra["scale"][0]) / 255.0
+        noise = self.np_random.normal(0, 0.2, 3)
+        self.pos = np.clip(self.pos + shift + 0.1 * scale * push * extra["mode"][0] + noise, -10, 10)
+        terminated = bool(np.abs(self.pos).max() > 3.0)
+        truncated = self.t >= self.max_steps
+        reward = float(np.linalg.norm(self.pos)) + int(extra["mode"][1])
+        info = {"action": echo_action(action, self.action_space)} if self.t % 3 == 0 else {}
+        return self._obs(), reward, terminated, truncated, info

@@ -303,19 +303,19 @@ def test_misuse_fails_at_once(vec, adapter):
     env = vec(adapter, env_fns(None), start_method="fork")
     reset(env)
     start = time.monotonic()
-    with pytest.raises(StepStateError, match="no pending step"):
+    with pytest.raises(StepStateError, match="no pending step|without any prior call"):  # SB3 | Gymnasium adapter
         env.step_wait()
     with pytest.raises(InvalidActionError, match=r"shape|actions"):
         env.step(np.zeros(N_ENVS + 1, dtype=np.int64))
     env.step_async(actions(env))
-    with pytest.raises(StepStateError, match="already pending"):
+    with pytest.raises(StepStateError, match="already pending|while waiting for a pending call"):
         env.step_async(actions(env))
     env.step_wait()
     step(env)  # none of the above broke it
     env.close()
-    with pytest.raises(ClosedEnvError, match="closed"):
+    with pytest.raises(ClosedEnvError, match="close"):
         step(env)
-    with pytest.raises(ClosedEnvError, match="closed"):
+    with pytest.raises(ClosedEnvError, match="close"):
         reset(env)
     assert time.monotonic() - start < QUICK
     assert_closes_quickly(env)
@@ -446,7 +446,7 @@ STEPPING_SCRIPT = """
             from shmvec import ShmVectorEnv as VecEnv
         env = VecEnv([SlowEnv] * 4, n_workers=2, start_method=start_method)
         env.reset()
-        pids = [p.pid for p in env._pool._res.processes]
+        pids = [link.process.pid for link in env._pool.links]
         print("READY", *pids, flush=True)
         try:
             while True:
@@ -490,6 +490,9 @@ def test_main_process_sigkilled(tmp_path, start_method, adapter, state):
     finally:
         proc.kill()
         proc.communicate(timeout=QUICK)
+        for pid in pids if "pids" in locals() else ():  # a failed test must not leave orphans spinning
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.timeout(60)

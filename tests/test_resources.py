@@ -16,6 +16,7 @@ from faulty import env_fns
 from test_failures import ADAPTERS, QUICK, gone, make_vec, poll_until, read_ready, reset, run_script, shm_of, step
 
 from shmvec import ShmPool
+from shmvec.options import PoolOptions
 
 
 def started(adapter: str, **kwargs):
@@ -25,7 +26,7 @@ def started(adapter: str, **kwargs):
     reset(env)
     step(env)
     pids, names = worker_pids() - pids_before, shm_entries() - shm_before
-    assert len(pids) == 2 and len(names) == 5, (pids, names)  # 2 workers; 1 arena + 4 semaphores
+    assert len(pids) == 2 and len(names) == 6, (pids, names)  # 2 workers; 1 arena + 2 semaphores each + 1 ready
     return env, pids, names
 
 
@@ -45,7 +46,7 @@ def test_gc_of_unclosed_env_warns_and_releases():
 @pytest.mark.timeout(60)
 def test_gc_of_unclosed_pool_warns_and_releases():
     pids_before, shm_before = worker_pids(), shm_entries()
-    pool = ShmPool(env_fns(None), 2, start_method="fork")
+    pool = ShmPool(env_fns(None), PoolOptions(n_workers=2, start_method="fork"))
     pids, names = worker_pids() - pids_before, shm_entries() - shm_before
     assert pids and names
     with pytest.warns(ResourceWarning, match="not closed; call close"):

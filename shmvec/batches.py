@@ -1,0 +1,211 @@
+"""Async batches, main side: EnvPool-style ``send``/``recv`` over the pool's workers.
+
+Every env is in one of three states: *held* (the caller has its latest result and owes
+it an action), *in flight* (sent, being stepped) or *queued* (finished, waiting in the
+FIFO for a ``recv``). ``send`` puts env ids in their workers' inboxes; each worker steps
+them one by one and publishes each in its outbox with a timestamp. ``recv`` moves what
+the outboxes published into the FIFO, oldest first across workers, and returns the first
+M: no env starves, and batches need not align with shards. Envs of the main shard are
+stepped at ``send`` and queued at once. See :mod:`shmvec.pool` for the data flow.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from shmvec import layout as lay
+from shmvec.errors import AlreadyPendingError, NoPendingCallError, StepTimeoutError
+from shmvec.failures import main_shard_error, ranges, remote_error
+from shmvec.link import IDLE, LIVENESS_INTERVAL, WorkerLink
+from shmvec.protocol import Command, ErrorReport, StepInfo
+from shmvec.restart import RestartNeeded
+from shmvec.shard import EnvFailed
+
+if TYPE_CHECKING:
+    from shmvec.pool import ShmPool
+
+HELD, IN_FLIGHT, QUEUED = 0, 1, 2
+_COMMAND_SEND = int(Command.SEND)
+
+
+class AsyncSchedule:
+    """The send/recv state of one pool."""
+
+    def __init__(self, pool: ShmPool):
+        self.pool = weakref.proxy(pool)  # no reference cycle: an unclosed pool is still collected at once
+        views = pool.views
+        self.inbox, self.outbox = views[lay.INBOX], views[lay.OUTBOX]
+        self.ready_ns, self.env_status = views[lay.READY_NS], views[lay.ENV_STATUS]
+        self.state = np.full(pool.num_envs, HELD, dtype=np.int8)
+        self.fifo: deque[int] = deque()
+        self.records: dict[int, StepInfo] = {}  # queued envs whose step sent a record
+        self.sent = [0] * pool.n_workers  # per worker: ids put in its inbox
+        self.taken = [0] * pool.n_workers  # per worker: ids taken from its outbox
+        self.restarted: set[int] = set()  # held envs whose worker was restarted: their next send reports it
+
+    @property
+    def busy(self) -> bool:
+        """Whether any env is in flight or queued (the synchronous calls must wait)."""
+        return bool(self.fifo) or bool((self.state == IN_FLIGHT).any())
+
+    def queue_all(self, env_ids: list[int]) -> None:
+        """After an async reset: these envs' results are in their rows, ready to be received."""
+        self.state[env_ids] = QUEUED
+        self.fifo.extend(env_ids)
+
+    # -- send ----------------------------------------------------------------------
+
+    def check_can_send(self, env_ids: np.ndarray) -> None:
+        """Raise unless every env of ``env_ids`` is held by the caller (before its action row is written)."""
+        pending = env_ids[self.state[env_ids] != HELD]
+        if len(pending):
+            raise AlreadyPendingError(
+                f"envs {ranges(sorted(set(pending.tolist())))} have a send pending: recv() their results before "
+                "sending them actions again",
+                "send",
+            )
+        if len(np.unique(env_ids)) != len(env_ids):
+            raise ValueError(f"env_ids must not repeat an env, got {env_ids.tolist()}")
+
+    def send(self, env_ids: np.ndarray) -> None:
+        """Step ``env_ids`` (their actions are in the action rows)."""
+        pool = self.pool
+        self.check_can_send(env_ids)
+        self.state[env_ids] = IN_FLIGHT
+        by_worker: dict[int, list[int]] = {}
+        for i in env_ids.tolist():
+            if i in self.restarted:  # its worker was re-created since: report that, as a step would
+                self.restarted.discard(i)
+                self._queue_restarted([i], {})
+            else:
+                by_worker.setdefault(pool.shard_of(i), []).append(i)
+        main_ids = by_worker.pop(pool.n_workers, [])
+        for k, ids in by_worker.items():
+            link = pool.links[k]
+            size = link.stop - link.start
+            for i in ids:
+                self.inbox[link.start + self.sent[k] % size] = i
+                self.sent[k] += 1
+            link.ctrl[lay.CTRL_SENT] = self.sent[k]  # before the command and seq: the worker reads them after
+            link.post(_COMMAND_SEND)
+            link.owes = IDLE  # its answers come through the outbox, not through done
+        if main_ids:
+            self._step_main(main_ids)
+
+    def _step_main(self, ids: list[int]) -> None:
+        main = self.pool._main
+        for i in ids:
+            try:
+                record = main.step_env(i - main.start, main.read_action(i))
+            except EnvFailed as failure:
+                self.state[i] = HELD
+                raise main_shard_error(failure) from None
+            if record is not None:
+                self.records[i] = record
+            self.state[i] = QUEUED
+            self.fifo.append(i)
+
+    # -- recv ----------------------------------------------------------------------
+
+    def recv(self, batch_size: int, timeout: float | None = None) -> tuple[np.ndarray, dict[int, StepInfo]]:
+        """The first ``batch_size`` envs to finish, and the records of those that sent one."""
+        pool = self.pool
+        available = len(self.fifo) + int((self.state == IN_FLIGHT).sum())
+        if available < batch_size:
+            raise NoPendingCallError(
+                f"recv() returns batch_size={batch_size} envs, but only {available} are in flight or ready; "
+                "send() actions to the envs of the last recv() first (or call async_reset())",
+                "send",
+            )
+        deadline = pool.deadline(timeout)
+        ready = pool._res.ready
+        self._check_alive(None, None)  # else a dead worker's envs could vanish while others keep the batches full
+        while True:
+            ready.drain()  # the posts of what this scan takes; later ones wake the wait below
+            self._scan()
+            if len(self.fifo) >= batch_size:
+                break
+            if not ready.wait(LIVENESS_INTERVAL):
+                self._check_alive(deadline, timeout)
+        ids = [self.fifo.popleft() for _ in range(batch_size)]
+        if batch_size == pool.num_envs:
+            ids.sort()  # the synchronous step's order
+        env_ids = np.array(ids, dtype=np.int64)
+        self.state[env_ids] = HELD
+        records = [self.records.pop(i) for i in ids if i in self.records]
+        if pool._final_flag is not None:
+            ended = env_ids[pool._final_flag[env_ids] & (pool.terminated[env_ids] | pool.truncated[env_ids])]
+            records = pool.add_shm_finals(records, np.sort(ended))
+        return env_ids, {record.env_index: record for record in pool.pickled.keep_obs(records)}
+
+    def _scan(self) -> None:
+        """Queue what the outboxes published since the last scan, oldest first; raise an env's error."""
+        finished: list[tuple[int, int]] = []
+        error = None
+        for link in self.pool.links:
+            k, size = link.index, link.stop - link.start
+            published = int(link.ctrl[lay.CTRL_READY])
+            while self.taken[k] < published:
+                i = int(self.outbox[link.start + self.taken[k] % size])
+                self.taken[k] += 1
+                if self.env_status[i] != 0:  # its record or error follows on the pipe
+                    message = self.pool.message_from(link)
+                    if isinstance(message, ErrorReport):
+                        self.state[i] = HELD  # no result: the caller may send to it again
+                        error = error or message
+                        continue
+                    self.records[i] = message[0]
+                finished.append((int(self.ready_ns[i]), i))
+        finished.sort()
+        for _, i in finished:
+            self.state[i] = QUEUED
+            self.fifo.append(i)
+        if error is not None:
+            raise remote_error(error)
+
+    def _check_alive(self, deadline: float | None, timeout: float | None) -> None:
+        """While waiting: a dead worker with envs in flight raises or restarts; then the deadline."""
+        pool = self.pool
+        for link in pool.links:
+            if link.death() is None:
+                continue
+            try:
+                pool.check_alive(link)
+            except RestartNeeded:
+                self._restart(link)
+        if deadline is not None and time.monotonic() > deadline:
+            silent = np.flatnonzero(self.state == IN_FLIGHT).tolist()
+            pool._res.graceful = False  # they are stuck: closing will terminate them
+            limit = pool.timeout if timeout is None else timeout
+            pool._break(f"envs {ranges(silent)} did not answer within timeout={limit}s (an env step hangs?)", StepTimeoutError)
+
+    def _restart(self, link: WorkerLink) -> None:
+        """Re-create ``link``'s worker: its in-flight and queued envs report a truncation now, held ones at their next send."""
+        self._scan()  # what it finished before dying stands
+        reset_infos = self.pool.restarter.restart(link)
+        k = link.index
+        self.sent[k] = self.taken[k] = 0
+        envs = range(link.start, link.stop)
+        lost = [i for i in envs if self.state[i] != HELD]
+        for i in lost:
+            if self.state[i] == QUEUED:
+                self.fifo.remove(i)
+        self.restarted.update(i for i in envs if self.state[i] == HELD)
+        self._queue_restarted(lost, reset_infos)
+
+    def _queue_restarted(self, ids: list[int], reset_infos: dict[int, Any]) -> None:
+        pool = self.pool
+        same_step = pool.autoreset_mode == AutoresetMode.SAME_STEP
+        for i in ids:
+            pool.rewards[i], pool.terminated[i], pool.truncated[i] = 0.0, False, True
+            if pool._final_flag is not None:
+                pool._final_flag[i] = False
+            self.records[i] = StepInfo(i, reset_infos.get(i, {}) if same_step else {}, restarted=True)
+            self.state[i] = QUEUED
+            self.fifo.append(i)

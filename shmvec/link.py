@@ -1,0 +1,174 @@
+"""One worker process as the main process sees it: :class:`WorkerLink`.
+
+A link owns the worker's process, its pipe and its two signals (``cmd``: main -> worker,
+``done``: worker -> main), knows the worker's env range and remembers what the worker
+still owes, so that an interrupted wait (Ctrl-C, a timeout) never lets a late answer be
+taken for the next command's. The pool holds one link per worker.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from shmvec import layout as lay
+from shmvec.failures import describe_exit
+from shmvec.protocol import Command, ErrorReport, Status
+from shmvec.sync import Signal
+from shmvec.worker import worker_main
+
+LIVENESS_INTERVAL = 0.1  # seconds between checks that every worker is still alive while waiting
+# What the main process still expects from a worker.
+IDLE, AWAIT_DONE, AWAIT_PAYLOAD = 0, 1, 2
+# Plain ints for the hot path: attribute access on an IntEnum member costs ~1 µs.
+_STATUS_OK = int(Status.OK)
+NOTHING = object()  # recv(): no message within the time slice
+
+
+class WorkerLink:
+    """The main process's end of worker ``index``, which runs envs ``[start, stop)``."""
+
+    def __init__(self, index: int, start: int, stop: int, max_spin: float):
+        self.index, self.start, self.stop = index, start, stop
+        self.cmd = Signal.create(max_spin)
+        self.done = Signal.create(max_spin)
+        self.conn: Any = None
+        self.process: Any = None
+        self.ctrl: np.ndarray | None = None  # its row of the control block, once the arena exists
+        self.owes = IDLE
+        self.seq = 0  # commands posted so far; the worker ignores a wake-up with no new one
+
+    @property
+    def envs(self) -> str:
+        return f"envs {self.start}..{self.stop - 1}"
+
+    def spawn(self, ctx: Any, env_fns: list, env_wrapper: Any, max_spin: float, worker_threads: int | None) -> None:
+        """Start the worker process on its envs with a new pipe (at start-up and on restart)."""
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        self.conn = parent_conn
+        blob = cloudpickle.dumps((list(env_fns[self.start : self.stop]), env_wrapper))
+        args = (self.index, child_conn, blob, self.start, self.cmd.name, self.done.name, max_spin, worker_threads, os.getpid())
+        self.process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"shmvec-worker-{self.index}")
+        self.process.start()
+        child_conn.close()
+        self.owes = AWAIT_PAYLOAD  # its Hello
+
+    # -- the per-step path -----------------------------------------------------------
+
+    def post(self, command: int) -> None:
+        """Have the worker run ``command``; it answers through ``done`` (then the pipe if flagged)."""
+        ctrl = self.ctrl
+        ctrl[lay.CTRL_COMMAND] = command
+        self.seq += 1
+        ctrl[lay.CTRL_SEQ] = self.seq  # after the command: the worker reads them in this order
+        self.owes = AWAIT_DONE
+        self.cmd.post()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the posted command to finish; False if it has not yet."""
+        if not self.done.wait(timeout):
+            return False
+        self.owes = IDLE if self.ctrl[lay.CTRL_STATUS] == _STATUS_OK else AWAIT_PAYLOAD
+        return True
+
+    def recv(self, timeout: float) -> Any:
+        """One message from the worker, or :data:`NOTHING` if none came within ``timeout``.
+
+        Raises ``EOFError``/``OSError`` when the pipe broke (the worker is exiting).
+        """
+        if not self.conn.poll(timeout):
+            return NOTHING
+        message = pickle.loads(self.conn.recv_bytes())
+        self.owes = IDLE
+        return message
+
+    def send(self, blob: bytes) -> None:
+        """Post a rare (pickled) request: the command first, so a large one cannot block on a full pipe."""
+        self.post(Command.MESSAGE)
+        self.conn.send_bytes(blob)
+
+    # -- failures --------------------------------------------------------------------
+
+    def death(self) -> str | None:
+        """How the worker died (``None`` while it lives)."""
+        process = self.process
+        if process is None or process.exitcode is None:
+            return None
+        return f"worker {self.index} ({self.envs}, pid {process.pid}) died with {describe_exit(process.exitcode)}"
+
+    def last_words(self) -> ErrorReport | None:
+        """The error report a dead worker sent before exiting, if any."""
+        try:
+            if not self.conn.poll(0):
+                return None
+            message = pickle.loads(self.conn.recv_bytes())
+        except (EOFError, OSError, pickle.UnpicklingError):
+            return None
+        return message if isinstance(message, ErrorReport) else None
+
+    def answered(self) -> bool:
+        """Whether the worker owes nothing now (consumes its answer: only for a pool being declared broken)."""
+        if self.owes == AWAIT_DONE:
+            return self.done.wait(0.0)
+        return self.owes == IDLE or self.conn.poll(0)
+
+    # -- the end ---------------------------------------------------------------------
+
+    def ask_to_close(self) -> None:
+        """Post CLOSE if the worker lives and the control block exists (it then exits by itself)."""
+        if self.process is not None and self.process.exitcode is None and self.ctrl is not None:
+            self.done.drain()  # a step the user never waited for
+            self.post(Command.CLOSE)
+
+    def join_or_kill(self, grace: float) -> None:
+        """Wait up to ``grace`` seconds for the process to exit, then terminate or kill it."""
+        process = self.process
+        if process is None:
+            return
+        if process.exitcode is None and grace > 0:
+            process.join(grace)
+        if process.exitcode is None:  # stuck (hung env) or never attached: stop it
+            process.terminate()
+            process.join(1.0)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+        process.close()
+        self.process = None
+
+    def close_pipe(self) -> None:
+        if self.conn is not None:  # a worker blocked on its pipe gets EOF instead of waiting for us
+            self.conn.close()
+
+    def release(self) -> None:
+        """Close the signals (the owner unlinks them). Idempotent."""
+        self.cmd.close()
+        self.done.close()
+        self.ctrl = None
+
+
+def mp_context(start_method: str) -> Any:
+    """The multiprocessing context that starts workers; forkserver preloads the worker module."""
+    ctx = mp.get_context(start_method)
+    if start_method == "forkserver":
+        _preload_in_forkserver(ctx)
+    return ctx
+
+
+def _preload_in_forkserver(ctx: Any) -> None:
+    """Have the forkserver import the worker module once, before it forks any worker.
+
+    Otherwise each forkserver worker imports numpy, gymnasium and shmvec itself: seconds
+    per worker on a small machine. Only takes effect if the server has not started yet;
+    modules the user asked to preload are kept.
+    """
+    from multiprocessing import forkserver
+
+    preload = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
+    if "shmvec.worker" not in preload:
+        ctx.set_forkserver_preload([*preload, "shmvec.worker"])

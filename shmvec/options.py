@@ -1,0 +1,112 @@
+"""The pool options: declared, documented and checked once, shared by the engine and both adapters."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import numbers
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+# Upper bound (seconds) of the adaptive spin on either side. Measured here (CartPole N=64,
+# 2 cores, vs SyncVectorEnv): 50 µs -> 1.29x (K=2) / 1.47x (main_shard); 200 µs -> 1.63x /
+# 1.88x; with K=4 on 2 cores (oversubscribed) 1.35x / 1.50x at 50 µs and 1.27x / 1.37x at
+# 200 µs: no collapse, as waits that outgrow it turn the spin off.
+DEFAULT_SPIN = 200e-6
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    """How a pool runs its envs. Every adapter accepts these as keyword arguments.
+
+    Args:
+        n_workers: worker processes; default ``min(num_envs, os.cpu_count())``, one less
+            with ``main_shard``. Envs are split into contiguous shards whose sizes differ
+            by at most one; ``n_workers=num_envs`` gives one env per process (isolation
+            for native libraries that allow one instance per process).
+        start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default forkserver where
+            available (as SB3). Non-fork methods re-import the main script in every worker:
+            it needs the ``if __name__ == "__main__":`` guard.
+        timeout: seconds to wait for any answer from the workers before raising
+            :class:`~shmvec.errors.StepTimeoutError`; ``None`` waits as long as they live.
+            Building the envs at start-up gets at least 30 s.
+        worker_threads: torch/OpenMP/BLAS threads per worker (default 1); ``None`` leaves
+            them alone.
+        max_spin: seconds a waiter may spin before blocking (adaptive below this bound);
+            ``0`` always blocks.
+        main_shard: the main process steps one more shard itself (the last one) while the
+            workers step theirs. Fastest for light envs, as no wake-up sits on the critical
+            path, but those envs share the main process: a crash there is not isolated.
+        on_worker_failure: ``"raise"`` (default): a worker process that dies (exit, signal)
+            raises :class:`~shmvec.errors.WorkerDiedError` and the pool is unusable.
+            ``"restart"``: during a step, the worker is re-created from its envs' env_fns
+            and its envs are reset (seed ``None``); that step reports each of them as
+            truncated with reward 0 and the info flag ``"shmvec_restarted"`` (the adapters
+            document the details). Each restart warns (``RuntimeWarning``). Deaths during
+            other calls (reset, get_attr, ...) still raise.
+        max_restarts: restarts allowed over the pool's life with ``"restart"``; one more
+            death raises ``WorkerDiedError`` saying the budget is used up.
+    """
+
+    n_workers: int | None = None
+    start_method: str | None = None
+    timeout: float | None = None
+    worker_threads: int | None = 1
+    max_spin: float = DEFAULT_SPIN
+    main_shard: bool = False
+    on_worker_failure: Literal["raise", "restart"] = "raise"
+    max_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.start_method is None:  # only None means "the default": "" is a typo, as for mp.get_context
+            object.__setattr__(self, "start_method", default_start_method())
+        mp.get_context(self.start_method)  # ValueError: cannot find context for 'illegal_method'
+        if self.timeout is not None and not (isinstance(self.timeout, numbers.Real) and self.timeout > 0):
+            raise ValueError(f"timeout must be positive seconds or None, got {self.timeout!r}")
+        if self.worker_threads is not None and not _is_int(self.worker_threads, lowest=1):
+            raise ValueError(f"worker_threads must be an int >= 1 or None, got {self.worker_threads!r}")
+        if not isinstance(self.max_spin, numbers.Real) or self.max_spin < 0:
+            raise ValueError(f"max_spin must be seconds >= 0, got {self.max_spin!r}")
+        if self.on_worker_failure not in ("raise", "restart"):
+            raise ValueError(f'on_worker_failure must be "raise" or "restart", got {self.on_worker_failure!r}')
+        if not _is_int(self.max_restarts, lowest=0):
+            raise ValueError(f"max_restarts must be an int >= 0, got {self.max_restarts!r}")
+        object.__setattr__(self, "main_shard", bool(self.main_shard))
+
+    @classmethod
+    def from_kwargs(cls, owner: str, **kwargs: Any) -> PoolOptions:
+        """Build from an adapter's keyword arguments; an unknown one is a TypeError naming ``owner``."""
+        names = [field.name for field in dataclasses.fields(cls)]
+        for key in kwargs:
+            if key not in names:
+                raise TypeError(f"{owner}() got an unexpected keyword argument {key!r}; pool options are {names}")
+        return cls(**kwargs)
+
+    def workers_for(self, num_envs: int) -> int:
+        """The number of worker processes for ``num_envs`` envs (checked)."""
+        n_workers = self.n_workers
+        if n_workers is None:
+            n_workers = min(num_envs, os.cpu_count() or 1) - self.main_shard
+        lowest, highest = (0, num_envs - 1) if self.main_shard else (1, num_envs)
+        if not _is_int(n_workers, lowest) or n_workers > highest:
+            raise ValueError(
+                f"n_workers must be an int between {lowest} and {highest} for {num_envs} envs"
+                f"{' with main_shard=True' if self.main_shard else ''}, got {n_workers!r}"
+            )
+        return n_workers
+
+
+def default_start_method() -> str:
+    """forkserver where available, else spawn (the choice SB3's SubprocVecEnv makes)."""
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+def _is_int(value: Any, lowest: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= lowest
+
+
+def options_doc() -> str:
+    """The ``Args`` entries of :class:`PoolOptions`, for the adapters' docstrings."""
+    doc = PoolOptions.__doc__ or ""
+    return doc[doc.index("Args:") + len("Args:") :].rstrip()

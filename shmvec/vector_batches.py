@@ -1,0 +1,139 @@
+"""EnvPool-style async batches for :class:`~shmvec.ShmVectorEnv`: ``async_reset``, ``send``, ``recv``.
+
+The engine side is :mod:`shmvec.batches`; this mixin only checks and writes actions and
+turns a batch of rows into Gymnasium's return values.
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from shmvec import layout as lay
+from shmvec.errors import InvalidActionError, NoPendingCallError, ResetNeededError
+from shmvec.protocol import StepInfo
+from shmvec.validation import checked_column
+
+
+def add_record_infos(infos: dict[str, Any], add_info: Callable, rows: Iterable[tuple[int, StepInfo]]) -> dict[str, Any]:
+    """Add each ``(row, record)``'s infos as the references do (rows in increasing order)."""
+    for row, record in rows:
+        if record.final_info is not None:
+            infos = add_info(infos, {"final_obs": record.final_obs, "final_info": record.final_info}, row)
+        elif record.restarted:  # its worker died: no final_obs, the last observation is lost
+            infos = add_info(infos, {"shmvec_restarted": True}, row)
+        infos = add_info(infos, record.info, row)
+    return infos
+
+
+class AsyncBatches:
+    """``async_reset`` / ``recv`` / ``send`` over ``batch_size`` envs at a time (mixed into ShmVectorEnv)."""
+
+    batch_size: int
+    _last_env_ids: np.ndarray | None = None
+
+    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Start resetting every env (env ``i`` gets ``seed + i``); :meth:`recv` returns them.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> from shmvec import ShmVectorEnv
+            >>> envs = ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 4, n_workers=2, batch_size=2)
+            >>> envs.async_reset(seed=0)
+            >>> obs, rewards, terminations, truncations, infos = envs.recv()
+            >>> obs.shape, len(infos["env_id"])
+            ((2, 4), 2)
+            >>> envs.send(np.zeros(2, dtype=np.int64))  # actions for the envs of that batch
+            >>> obs, rewards, terminations, truncations, infos = envs.recv()
+            >>> envs.close()
+        """
+        self._check_open()
+        seeds = self._seeds(seed)
+        self._pool.reset_async_all({i: {"seed": seeds[i], "options": options} for i in range(self.num_envs)})
+        self._needs_reset[:] = False
+        self._last_env_ids = None
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step the envs ``env_ids`` (default: those of the last :meth:`recv`) with ``actions``, one per env.
+
+        Raises:
+            InvalidActionError: ``len(actions) != len(env_ids)``, or actions of the wrong shape or dtype kind.
+            AlreadyPendingError: an env in ``env_ids`` has a send pending (recv it first).
+            ResetNeededError: ``DISABLED`` mode and an env whose episode ended.
+        """
+        self._check_open()
+        env_ids = self._send_targets(env_ids)
+        columns = [(view, self._batch_column(actions, path, view, env_ids)) for path, view in self._action_leaves]
+        if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset[env_ids].any():
+            raise ResetNeededError(
+                f"autoreset_mode is DISABLED and the episodes of envs {env_ids[self._needs_reset[env_ids]].tolist()} "
+                "ended: reset them with async_reset(options={'reset_mask': mask}) or reset() first"
+            )
+        self._pool.batches.check_can_send(env_ids)
+        for view, column in columns:
+            view[env_ids] = column
+        self._pool.send(env_ids)
+
+    def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The results of the first ``batch_size`` envs to finish, first finished first.
+
+        Returns ``(obs, rewards, terminations, truncations, infos)`` with ``batch_size`` rows;
+        ``infos["env_id"]`` gives the env index of each row. With ``batch_size == num_envs``
+        the rows are in env order, as :meth:`step` returns them.
+        """
+        self._check_open()
+        pool = self._pool
+        env_ids, records = pool.recv_batch(self.batch_size, _seconds(timeout))
+        self._last_env_ids = env_ids
+        terminated, truncated = pool.terminated[env_ids], pool.truncated[env_ids]  # copies
+        if self.autoreset_mode == AutoresetMode.DISABLED:
+            self._needs_reset[env_ids] = terminated | truncated
+        rows = ((n, records[i]) for n, i in enumerate(env_ids.tolist()) if i in records)
+        infos = add_record_infos({}, self._add_info, rows)
+        infos["env_id"] = env_ids
+        return self._batch_observations(env_ids), pool.rewards[env_ids], terminated, truncated, infos
+
+    def _send_targets(self, env_ids: Any) -> np.ndarray:
+        if env_ids is None:
+            if self._last_env_ids is None:
+                raise NoPendingCallError("send() without env_ids sends to the envs of the last recv(); call recv() first")
+            return self._last_env_ids
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or not (ids.dtype.kind in "iu" or (ids.size == 0 and ids.dtype.kind == "f")):
+            raise InvalidActionError(f"env_ids must be a 1-D sequence of env indices, got {env_ids!r}")
+        if ids.size and not (0 <= ids.min() and ids.max() < self.num_envs):
+            raise IndexError(f"env_ids must be in [0, {self.num_envs}), got {ids.tolist()}")
+        return ids.astype(np.int64)
+
+    def _batch_column(self, actions: Any, path: tuple, view: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
+        try:
+            part = np.asarray(lay.get_path(actions, path))
+        except (KeyError, IndexError, TypeError) as exc:
+            raise InvalidActionError(f"actions do not match the action space: cannot find the part at {path}") from exc
+        where = f" at {path}" if path else ""
+        if part.ndim == 0 or len(part) != len(env_ids):
+            raise InvalidActionError(
+                f"send() needs one action per env in env_ids ({len(env_ids)}), got actions{where} of shape {part.shape}"
+            )
+        return checked_column(part, view[: len(env_ids)], self._leaf_action_spaces[path], f"actions{where}")
+
+    def _batch_observations(self, env_ids: np.ndarray) -> Any:
+        if self._flat_obs is not None:
+            return self._flat_obs[env_ids]
+        leaves: dict[tuple, Any] = {path: view[env_ids] for path, view in self._obs_leaves.items()}
+        for path, column in self._pool.pickled.obs.items():  # no fixed size: a tuple, as `concatenate` makes
+            leaves[path] = copy.deepcopy(tuple(column[i] for i in env_ids.tolist()))
+        return lay.unflatten(self.single_observation_space, leaves)
+
+
+def _seconds(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    return float(timeout)

@@ -1,0 +1,240 @@
+"""Async batches (``async_reset``/``send``/``recv``) against SyncVectorEnv, FIFO order, failures and misuse."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from envs import make_mixed
+from faulty import Boom, env_fns
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from shmvec import ShmVectorEnv, StepStateError, StepTimeoutError, WorkerDiedError
+from shmvec.errors import AlreadyPendingError, NoPendingCallError
+from test_vector import assert_same
+
+MODES = list(AutoresetMode)
+FACTORIES = {
+    "CartPole": lambda: gym.make("CartPole-v1"),
+    "Pendulum": lambda: gym.make("Pendulum-v1", max_episode_steps=40),
+    "MixedDict": lambda: make_mixed(max_episode_steps=25),
+}
+
+
+def without_env_id(result):
+    obs, rewards, terminations, truncations, infos = result
+    infos = dict(infos)
+    infos.pop("env_id")
+    return obs, rewards, terminations, truncations, infos
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_full_batches_equal_reset_and_step(name, mode, closing):
+    """batch_size == num_envs: async_reset + recv is reset(), send + recv is step(), bit for bit."""
+    fn = FACTORIES[name]
+    shm = closing(ShmVectorEnv([fn] * 5, 2, autoreset_mode=mode, start_method="fork"))
+    ref = closing(SyncVectorEnv([fn] * 5, autoreset_mode=mode))
+    shm.async_reset(seed=3)
+    got = shm.recv()
+    assert got[4]["env_id"].tolist() == list(range(5))
+    want_obs, want_infos = ref.reset(seed=3)
+    assert_same(got[0], want_obs, "reset obs")
+    assert_same(without_env_id(got)[4], want_infos, "reset infos")
+    ref.action_space.seed(3)
+    ended_total = 0
+    for t in range(150):
+        actions = ref.action_space.sample()
+        shm.send(actions)
+        got = without_env_id(shm.recv())
+        want = ref.step(actions)
+        assert_same(got, want, f"step {t}")
+        ended = want[2] | want[3]
+        ended_total += int(ended.sum())
+        if mode == AutoresetMode.DISABLED and ended.any():
+            assert_same(shm.reset(options={"reset_mask": ended}), ref.reset(options={"reset_mask": ended}), "reset")
+    assert ended_total > 0, "the run must cover episode ends"
+
+
+def policy(env_id: int, n: int, space: gym.Space):
+    """A deterministic action for the n-th step of env ``env_id``."""
+    space.seed(env_id * 100_003 + n)
+    return space.sample()
+
+
+AUTORESETTING = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
+
+
+@pytest.mark.parametrize("mode", AUTORESETTING, ids=[m.name for m in AUTORESETTING])
+@pytest.mark.parametrize("main_shard", [False, True], ids=["pool", "main_shard"])
+def test_small_batches_give_each_env_its_own_trajectory(mode, main_shard, closing):
+    """Whatever the batches, env i sees the same seeds and actions as in SyncVectorEnv, so the same results."""
+    n_envs, batch, steps = 7, 3, 60
+    fn = FACTORIES["MixedDict"]
+    shm = closing(ShmVectorEnv([fn] * n_envs, 2, autoreset_mode=mode, batch_size=batch, start_method="fork", main_shard=main_shard))
+    ref = closing(SyncVectorEnv([fn] * n_envs, autoreset_mode=mode))
+    space = ref.single_action_space
+    # The reference: every env steps in lockstep with its own action sequence.
+    want: dict[int, list] = {i: [] for i in range(n_envs)}
+    obs, _ = ref.reset(seed=11)
+    for t in range(steps):
+        actions = np.stack([policy(i, t, space) for i in range(n_envs)])
+        obs, rewards, terms, truncs, infos = ref.step(actions)
+        for i in range(n_envs):
+            want[i].append((obs["position"][i].copy(), rewards[i], terms[i], truncs[i]))
+    got: dict[int, list] = {i: [] for i in range(n_envs)}
+    unseen_resets = set(range(n_envs))  # the first result of each env is its reset
+    shm.async_reset(seed=11)
+    env_ids = shm.recv()[4]["env_id"]
+    unseen_resets -= set(env_ids.tolist())
+    for _ in range(3 * n_envs * steps // batch):
+        if min(len(results) for results in got.values()) >= steps:
+            break
+        shm.send(np.stack([policy(i, len(got[i]), space) for i in env_ids.tolist()]))
+        obs, rewards, terms, truncs, infos = shm.recv()
+        env_ids = infos["env_id"]
+        assert len(rewards) == batch and len(set(env_ids.tolist())) == batch
+        for row, i in enumerate(env_ids.tolist()):
+            if i in unseen_resets:
+                unseen_resets.discard(i)
+            else:
+                got[i].append((obs["position"][row].copy(), rewards[row], terms[row], truncs[row]))
+    assert not unseen_resets
+    for i in range(n_envs):
+        assert len(got[i]) >= steps, f"env {i} starved: {len(got[i])} results"
+        for t in range(steps):
+            assert_same(got[i][t], want[i][t], f"env {i} step {t}")
+
+
+class Paced(gym.Env):
+    """Steps take ``delay`` seconds; env ``slow_env`` takes 20x longer."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, index: int, slow_env: int = 0, delay: float = 0.002):
+        self.index, self.delay = index, delay * (20 if index == slow_env else 1)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        time.sleep(self.delay)
+        return np.full(1, self.index, np.float32), 1.0, False, False, {}
+
+
+def paced_fns(n, **kwargs):
+    return [lambda i=i: Paced(i, **kwargs) for i in range(n)]
+
+
+def test_a_straggler_does_not_hold_up_the_others_and_is_not_starved(closing):
+    envs = closing(ShmVectorEnv(paced_fns(4, slow_env=0), 2, batch_size=2, start_method="fork"))
+    envs.async_reset()
+    seen = []
+    envs.recv()
+    for _ in range(40):
+        envs.send(np.zeros(2, np.int64))
+        seen += envs.recv()[4]["env_id"].tolist()
+    counts = np.bincount(seen, minlength=4)
+    assert counts[0] >= 1, f"the slow env was never returned: {counts}"
+    # env 1 shares worker 0 with the straggler, so it waits for it; envs 2, 3 (worker 1) must not
+    assert counts[2:].min() > 3 * counts[0], f"fast envs waited for the slow one: {counts}"
+
+
+def test_ready_envs_that_do_not_fit_come_back_first_next_time(closing):
+    """FIFO across recvs: an env left over from one recv is at the front of the next."""
+    envs = closing(ShmVectorEnv(paced_fns(4, slow_env=-1, delay=0.0), 2, batch_size=3, start_method="fork"))
+    envs.async_reset()
+    first = envs.recv()[4]["env_id"].tolist()
+    (left,) = set(range(4)) - set(first)
+    envs.send(np.zeros(3, np.int64))
+    second = envs.recv()[4]["env_id"].tolist()
+    assert second[0] == left, (first, second)
+
+
+def test_misuse_says_what_to_do(closing):
+    envs = closing(ShmVectorEnv(paced_fns(4, delay=0.0), 2, batch_size=2, start_method="fork"))
+    with pytest.raises(NoPendingCallError, match="send\\(\\) actions"):
+        envs.recv()
+    with pytest.raises(NoPendingCallError, match="recv\\(\\) first"):
+        envs.send(np.zeros(2, np.int64))
+    with pytest.raises(StepStateError, match="use async_reset\\(\\), send\\(\\) and recv\\(\\)"):
+        envs.step(np.zeros(4, np.int64))
+    with pytest.raises(StepStateError, match="use async_reset"):
+        envs.reset()
+    envs.async_reset()
+    ids = envs.recv()[4]["env_id"]
+    envs.send(np.zeros(2, np.int64))
+    with pytest.raises(AlreadyPendingError, match="have a send pending"):
+        envs.send(np.zeros(2, np.int64), ids)
+    with pytest.raises(ValueError, match="one action per env"):
+        envs.send(np.zeros(3, np.int64), [0, 1])
+
+
+def test_batch_size_is_checked(closing):
+    with pytest.raises(ValueError, match="batch_size"):
+        ShmVectorEnv(paced_fns(2), 1, batch_size=3, start_method="fork")
+
+
+def test_env_error_names_the_env_and_the_pool_goes_on(closing):
+    envs = closing(ShmVectorEnv(env_fns("step", at=1), 2, batch_size=2, start_method="fork"))
+    envs.async_reset()
+    with pytest.raises(Boom) as excinfo:
+        for _ in range(20):
+            envs.recv()
+            envs.send(np.zeros(2, np.int64))
+    assert excinfo.value.env_index == 3
+    assert "raised in env 3" in str(excinfo.value.__notes__)
+    for _ in range(5):  # the other envs go on; env 3 is the caller's again, with no result
+        assert 3 not in envs.recv()[4]["env_id"]
+        envs.send(np.zeros(2, np.int64))
+
+
+def test_dead_worker_raises(closing):
+    envs = closing(ShmVectorEnv(env_fns("exit", at=1), 2, batch_size=2, start_method="fork"))
+    envs.async_reset()
+    with pytest.raises(WorkerDiedError, match="worker 1 \\(envs 2..3"):
+        for _ in range(20):
+            envs.recv()
+            envs.send(np.zeros(2, np.int64))
+
+
+def test_dead_worker_restarts(closing, tmp_path):
+    from faulty import die_once_fns
+
+    envs = closing(
+        ShmVectorEnv(die_once_fns("exit", str(tmp_path / "died")), 2, batch_size=4, start_method="fork", on_worker_failure="restart")
+    )
+    envs.async_reset(seed=0)
+    envs.recv()
+    restarted = []
+    with pytest.warns(RuntimeWarning, match="restarting it"):
+        for _ in range(12):
+            envs.send(np.zeros(4, np.int64))
+            obs, rewards, terms, truncs, infos = envs.recv()
+            if "shmvec_restarted" in infos:
+                restarted += infos["env_id"][infos["_shmvec_restarted"]].tolist()
+                assert truncs[infos["_shmvec_restarted"]].all()
+    assert restarted, "the restart must be reported"
+
+
+def test_timeout_raises(closing):
+    envs = closing(ShmVectorEnv(env_fns("hang", at=1), 2, batch_size=4, start_method="fork"))
+    envs.async_reset()
+    envs.recv()
+    envs.send(np.zeros(4, np.int64))
+    with pytest.raises(StepTimeoutError, match="envs .*3 did not answer within timeout=0.5s"):
+        envs.recv(timeout=0.5)
+
+
+def test_close_with_sends_in_flight_is_prompt(closing):
+    envs = ShmVectorEnv(paced_fns(4, delay=0.3), 2, batch_size=2, start_method="fork")
+    envs.async_reset()
+    envs.recv()
+    envs.send(np.zeros(2, np.int64))
+    start = time.monotonic()
+    envs.close()
+    assert time.monotonic() - start < 5

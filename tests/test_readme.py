@@ -1,0 +1,47 @@
+"""README.md's Python examples run as pasted into a fresh script, under the default start method.
+
+Each ```python block is written to its own file in an empty directory and run with this
+interpreter in a new process, as a user would run it: it must exit with 0 and print no
+traceback (a worker's traceback on stderr counts too).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+TIMEOUT = 120  # seconds per example; each should take a few (the SB3 one trains briefly)
+
+
+def python_blocks(markdown: str) -> list[str]:
+    """The contents of every ```python fenced block, in order."""
+    return re.findall(r"^```python\n(.*?)^```$", markdown, flags=re.MULTILINE | re.DOTALL)
+
+
+BLOCKS = python_blocks(README.read_text())
+
+
+def run_script(source: str, directory: Path, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    """Run ``source`` as ``python script.py`` in ``directory`` (not the repository: shmvec must be installed)."""
+    script = directory / "script.py"
+    script.write_text(source)
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=directory, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_the_readme_has_python_examples():
+    assert len(BLOCKS) >= 3, "the README's ```python blocks were not found"
+
+
+@pytest.mark.parametrize("source", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
+def test_readme_example_runs_as_a_script(source, tmp_path):
+    result = run_script(source, tmp_path)
+    report = f"exit code {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+    assert result.returncode == 0, report
+    assert "Traceback" not in result.stderr, report
