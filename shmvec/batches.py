@@ -20,12 +20,12 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
-from shmvec.errors import AlreadyPendingError, NoPendingCallError, StepTimeoutError
+from shmvec.errors import AlreadyPendingError, NoPendingCallError, StepStateError, StepTimeoutError
 from shmvec.failures import main_shard_error, ranges, remote_error
 from shmvec.link import IDLE, LIVENESS_INTERVAL, WorkerLink
-from shmvec.protocol import Command, ErrorReport, StepInfo
+from shmvec.protocol import Command, ErrorReport, Reset, StepInfo
 from shmvec.restart import RestartNeeded
-from shmvec.shard import EnvFailed
+from shmvec.shard import EnvFailed, with_shm_finals
 
 if TYPE_CHECKING:
     from shmvec.pool import ShmPool
@@ -48,6 +48,7 @@ class AsyncSchedule:
         self.sent = [0] * pool.n_workers  # per worker: ids put in its inbox
         self.taken = [0] * pool.n_workers  # per worker: ids taken from its outbox
         self.restarted: set[int] = set()  # held envs whose worker was restarted: their next send reports it
+        self._resetting: list[int] = []  # envs of an async reset not collected yet
 
     @property
     def busy(self) -> bool:
@@ -55,9 +56,33 @@ class AsyncSchedule:
         return bool(self.fifo) or bool((self.state == IN_FLIGHT).any())
 
     def queue_all(self, env_ids: list[int]) -> None:
-        """After an async reset: these envs' results are in their rows, ready to be received."""
-        self.state[env_ids] = QUEUED
-        self.fifo.extend(env_ids)
+        """After an async reset: these envs' results are in their rows, ready to be received.
+
+        They are queued round-robin across shards (the first env of each shard, then the
+        second, ...), so that every batch takes envs from every worker: each worker then
+        steps its part of one batch while the caller works on another (Sample Factory's
+        double buffering). Queued shard by shard, the first batch would be worker 0's
+        envs only, and a worker would wait for the caller exactly as in a synchronous step.
+        """
+        pool = self.pool
+        position = {i: (i - pool.shards[pool.shard_of(i)][0], pool.shard_of(i)) for i in env_ids}
+        ordered = sorted(env_ids, key=position.__getitem__)
+        self.state[ordered] = QUEUED
+        self.fifo.extend(ordered)
+
+    # -- reset -----------------------------------------------------------------------
+
+    def reset(self, kwargs: dict[int, dict[str, Any]]) -> None:
+        """Start ``env_i.reset(**kwargs[i])``; the envs come back through :meth:`recv`."""
+        self.pool.requests.send(Reset(kwargs))
+        self._resetting = sorted(kwargs)
+
+    def _finish_reset(self, timeout: float | None = None) -> None:
+        if self._resetting:
+            ids, self._resetting = self._resetting, []
+            infos = self.pool.requests.wait(timeout)
+            self.records.update((i, StepInfo(i, infos[i])) for i in ids)
+            self.queue_all(ids)
 
     # -- send ----------------------------------------------------------------------
 
@@ -74,9 +99,16 @@ class AsyncSchedule:
             raise ValueError(f"env_ids must not repeat an env, got {env_ids.tolist()}")
 
     def send(self, env_ids: np.ndarray) -> None:
-        """Step ``env_ids`` (their actions are in the action rows)."""
+        """Step ``env_ids`` (their actions are in the action rows); :meth:`recv` returns them."""
         pool = self.pool
+        pool.check_usable()
+        if pool.pending is not None and not self._resetting:
+            raise AlreadyPendingError(f"a {pool.pending} is pending; wait for it before send()", pool.pending)
+        if pool.pickled.action_paths:
+            raise StepStateError("send()/recv() need fixed-size action spaces; use step() for this action space")
         self.check_can_send(env_ids)
+        self._finish_reset()
+        pool.settle()
         self.state[env_ids] = IN_FLIGHT
         by_worker: dict[int, list[int]] = {}
         for i in env_ids.tolist():
@@ -99,7 +131,7 @@ class AsyncSchedule:
             self._step_main(main_ids)
 
     def _step_main(self, ids: list[int]) -> None:
-        main = self.pool._main
+        main = self.pool.main
         for i in ids:
             try:
                 record = main.step_env(i - main.start, main.read_action(i))
@@ -116,6 +148,8 @@ class AsyncSchedule:
     def recv(self, batch_size: int, timeout: float | None = None) -> tuple[np.ndarray, dict[int, StepInfo]]:
         """The first ``batch_size`` envs to finish, and the records of those that sent one."""
         pool = self.pool
+        pool.check_usable()
+        self._finish_reset(timeout)
         available = len(self.fifo) + int((self.state == IN_FLIGHT).sum())
         if available < batch_size:
             raise NoPendingCallError(
@@ -141,7 +175,7 @@ class AsyncSchedule:
         records = [self.records.pop(i) for i in ids if i in self.records]
         if pool._final_flag is not None:
             ended = env_ids[pool._final_flag[env_ids] & (pool.terminated[env_ids] | pool.truncated[env_ids])]
-            records = pool.add_shm_finals(records, np.sort(ended))
+            records = with_shm_finals(records, pool._final_obs, np.sort(ended))
         return env_ids, {record.env_index: record for record in pool.pickled.keep_obs(records)}
 
     def _scan(self) -> None:

@@ -51,7 +51,6 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -64,7 +63,6 @@ from shmvec.errors import (
     ClosedEnvError,
     NoPendingCallError,
     ShmVecError,
-    StepStateError,
     StepTimeoutError,
     WorkerDiedError,
 )
@@ -72,9 +70,10 @@ from shmvec.failures import CLOSE_HINT, main_shard_error, ranges, remote_error, 
 from shmvec.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink, mp_context
 from shmvec.options import PoolOptions
 from shmvec.protocol import Attach, Command, ErrorReport, Hello, Reset, RunOps, StepInfo
+from shmvec.requests import Requests
 from shmvec.resources import PoolResources, finalize_unclosed
 from shmvec.restart import Restarter, RestartNeeded
-from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
+from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
 from shmvec.shm import OwnedArena
 from shmvec.sync import Signal
 from shmvec.validation import check_env_fns, check_not_bootstrapping, check_same_spaces
@@ -99,12 +98,6 @@ class ShmPool:
             observation space fits env 0's (default: equality). The shared memory is laid
             out from env 0's space, so a looser test must still require the same leaves,
             shapes and dtypes (Gymnasium's ``is_space_dtype_shape_equiv`` does).
-
-    Restart mode (``on_worker_failure="restart"``): a worker that dies during a step is
-    re-created from its env_fns on the same rows; its envs are reset (seed ``None``) and
-    the step reports each with reward 0, ``terminated=False``, ``truncated=True`` and a
-    :class:`~shmvec.protocol.StepInfo` with ``restarted=True`` carrying the reset info
-    (in SAME_STEP mode). A worker found dead while idle is restarted at the next step.
     """
 
     def __init__(
@@ -126,10 +119,7 @@ class ShmPool:
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.timeout = options.timeout
         self.closed = False
-        self._pending: str | None = None  # "step" or "request": what the next wait collects
-        self._requested: list[WorkerLink] = []  # the links a pending request went to
-        self._main_request: Any = None
-        self._resetting: list[int] = []  # envs of an async reset not collected yet
+        self.pending: str | None = None  # "step" or "request": what the next wait collects
         self._broken: str | None = None
         self._res = PoolResources()
         self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
@@ -146,11 +136,6 @@ class ShmPool:
     @property
     def links(self) -> list[WorkerLink]:
         return self._res.links
-
-    @property
-    def restarts(self) -> int:
-        """Workers re-created so far (restart mode)."""
-        return self.restarter.count if self.restarter else 0
 
     def _start(self, env_fns, env_wrapper, obs_space_match) -> None:
         res, opts = self._res, self.options
@@ -187,9 +172,10 @@ class ShmPool:
         for link in self.links:
             link.ctrl = views["ctrl"][link.index]
             link.conn.send_bytes(pickle.dumps(self.attach_message()))
-        self._main: Shard | None = None  # the main process's shard, shards[-1], if main_shard
+        self.main: Shard | None = None  # the main process's shard, shards[-1], if main_shard
         if opts.main_shard:
-            self._main = Shard(res.main_envs, self.shards[-1][0], views, self.layout, self.autoreset_mode, self.single_action_space)
+            self.main = Shard(res.main_envs, self.shards[-1][0], views, self.layout, self.autoreset_mode, self.single_action_space)
+        self.requests = Requests(self)
         self.batches = AsyncSchedule(self)
 
     def attach_message(self, restart: bool = False) -> Attach:
@@ -204,10 +190,10 @@ class ShmPool:
 
     def ensure_can_step(self) -> None:
         """Raise at once if a step cannot start now (closed, broken, or a call pending)."""
-        self._check_usable()
-        if self._pending == "step":
+        self.check_usable()
+        if self.pending == "step":
             raise AlreadyPendingError("step_async() called while a step is already pending; call step_wait() first", "step")
-        if self._pending == "request":
+        if self.pending == "request":
             raise AlreadyPendingError("a call is pending; wait for it before stepping", "request")
         if self.batches.busy:
             raise AlreadyPendingError("envs have sends in flight or results not received: recv() them first", "send")
@@ -220,30 +206,30 @@ class ShmPool:
         """
         self.ensure_can_step()
         blobs = self.pickled.action_blobs(pickled_actions)  # before any post: a bad action sends nothing
-        self._settle()
+        self.settle()
         for link in self.links:
             link.post(_COMMAND_STEP)
             if blobs is not None:
                 self.pickled.send(link, blobs[link.index])
-        self._pending = "step"
+        self.pending = "step"
 
     def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
         """Wait for the pending step; results are in the arena views. Returns the sent infos.
 
         ``timeout`` (seconds) overrides the pool's for this wait.
         """
-        self._check_usable()
-        if self._pending != "step":
+        self.check_usable()
+        if self.pending != "step":
             raise NoPendingCallError("step_wait() called with no pending step; call step_async() first", "step")
-        self._pending = None
+        self.pending = None
         main_infos, main_failure = [], None
-        if self._main is not None:  # step ours while the workers step theirs
+        if self.main is not None:  # step ours while the workers step theirs
             try:
-                main_infos = self._main.step(self._main.read_actions(self.pickled.main_actions))
+                main_infos = self.main.step(self.main.read_actions(self.pickled.main_actions))
             except EnvFailed as failure:
                 main_failure = failure
         dead: list[WorkerLink] | None = [] if self.restarter else None
-        replies = self._collect(self.links, timeout, dead)
+        replies = self.collect(self.links, timeout, dead)
         if main_failure is not None:
             raise main_shard_error(main_failure)
         for link in dead or ():
@@ -252,19 +238,8 @@ class ShmPool:
             main_infos = copy.deepcopy(main_infos)
         records = self.pickled.keep_obs([info for reply in replies for info in reply] + main_infos)
         if self._final_flag is not None:
-            records = self.add_shm_finals(records, np.flatnonzero(self._final_flag & (self.terminated | self.truncated)))
-        return records
-
-    def add_shm_finals(self, records: list[StepInfo], ended: np.ndarray) -> list[StepInfo]:
-        """Records for the episode ends ``ended`` that travelled through shared memory (empty infos)."""
-        if not len(ended):
-            return records
-        finals = self._final_obs[ended]  # one copy for all; rows are independent arrays
-        ours = [StepInfo(i, {}, finals[n], {}) for n, i in enumerate(ended.tolist())]
-        if not records:
-            return ours
-        records += ours
-        records.sort(key=_env_index)  # adapters add infos in env order, like the references
+            ended = np.flatnonzero(self._final_flag & (self.terminated | self.truncated))
+            records = with_shm_finals(records, self._final_obs, ended)
         return records
 
     # -- rare calls ----------------------------------------------------------------
@@ -272,108 +247,21 @@ class ShmPool:
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         """``env_i.reset(**kwargs[i])`` for each named env; observations land in the arena
         (pickled leaves in :attr:`pickled.obs <shmvec.pickled.PickledLeaves.obs>`). Returns their infos."""
-        self.request_async(Reset(kwargs))
-        return self.request_wait()
+        self.requests.send(Reset(kwargs))
+        return self.requests.wait()
 
     def run(self, ops: dict[int, Callable[[gym.Env], Any]]) -> dict[int, Any]:
         """Apply ``ops[i](env_i)`` inside the workers; return ``{i: result}``."""
-        self.request_async(RunOps(ops))
-        return self.request_wait()
-
-    def request_async(self, request: Reset | RunOps) -> None:
-        """Send a rare request (keyed by env index) to the workers of the envs it names.
-
-        The main shard's part runs in :meth:`request_wait`, while the workers run theirs.
-
-        Raises:
-            AlreadyPendingError: a step, send or another request is pending.
-        """
-        self.ensure_can_step()
-        by_env = request.kwargs if isinstance(request, Reset) else request.ops
-        parts = {k: type(request)(part) for k, part in self._split(by_env).items()}
-        self._main_request = parts.pop(self.n_workers, None)
-        # Pickled before any worker is woken: an unpicklable argument leaves no worker waiting.
-        blobs = {k: cloudpickle.dumps(part) for k, part in parts.items()}
-        self._settle()
-        self._requested = [self.links[k] for k in blobs]
-        self._pending = "request"
-        for link in self._requested:
-            try:
-                link.send(blobs[link.index])
-            except OSError as exc:
-                self._blame_dead(link)  # a dead worker's pipe: say which worker died, and how
-                raise exc
-
-    def request_wait(self, timeout: float | None = None) -> dict[int, Any]:
-        """The merged ``{env index: result}`` of the pending request (a reset replies infos).
-
-        Raises:
-            NoPendingCallError: no request is pending.
-        """
-        self._check_usable()
-        if self._pending != "request":
-            raise NoPendingCallError("request_wait() called with no pending request; call request_async() first", "request")
-        self._pending = None
-        merged: dict[int, Any] = {}
-        main_failure = None
-        if self._main_request is not None:
-            try:
-                merged.update(self._main.handle(self._main_request))
-            except EnvFailed as failure:
-                main_failure = failure
-            self._main_request = None
-        for reply in self._collect(self._requested, timeout):
-            merged.update(reply)
-        if main_failure is not None:
-            raise main_shard_error(main_failure)
-        return self.pickled.keep_reset_obs(merged)
-
-    # -- async batches (shmvec/batches.py) -----------------------------------------
-
-    def reset_async_all(self, kwargs: dict[int, dict[str, Any]]) -> None:
-        """Start ``env_i.reset(**kwargs[i])``; the envs come back through :meth:`recv_batch`."""
-        self.request_async(Reset(kwargs))
-        self._resetting = sorted(kwargs)
-
-    def send(self, env_ids: np.ndarray) -> None:
-        """Step ``env_ids`` (their actions already in :attr:`action_leaves`); collect with :meth:`recv_batch`."""
-        self._check_usable()
-        if self._pending is not None and not self._resetting:
-            raise AlreadyPendingError(f"a {self._pending} is pending; wait for it before send()", self._pending)
-        if self.pickled.action_paths:
-            raise StepStateError("send()/recv() need fixed-size action spaces; use step() for this action space")
-        self._finish_async_reset()
-        self._settle()
-        self.batches.send(env_ids)
-
-    def recv_batch(self, batch_size: int, timeout: float | None = None) -> tuple[np.ndarray, dict[int, StepInfo]]:
-        """The first ``batch_size`` envs to finish (ids, and ``{id: record}`` for those that sent one)."""
-        self._check_usable()
-        self._finish_async_reset(timeout)
-        return self.batches.recv(batch_size, timeout)
-
-    def _finish_async_reset(self, timeout: float | None = None) -> None:
-        if self._resetting:
-            ids, self._resetting = self._resetting, []
-            infos = self.request_wait(timeout)
-            self.batches.records.update((i, StepInfo(i, infos[i])) for i in ids)
-            self.batches.queue_all(ids)
+        self.requests.send(RunOps(ops))
+        return self.requests.wait()
 
     # -- waiting -------------------------------------------------------------------
-
-    def _split(self, by_env: dict[int, Any]) -> dict[int, dict[int, Any]]:
-        parts: dict[int, dict[int, Any]] = {}
-        for i, value in by_env.items():
-            if not 0 <= i < self.num_envs:
-                raise IndexError(f"env index {i} out of range for {self.num_envs} envs")
-            parts.setdefault(self.shard_of(i), {})[i] = value
-        return parts
 
     def shard_of(self, i: int) -> int:
         """The shard (worker index; ``n_workers`` for the main shard) that runs env ``i``."""
         return bisect.bisect_right(self._shard_starts, i) - 1
 
-    def _collect(self, links: Sequence[WorkerLink], timeout: float | None = None, dead: list | None = None) -> list[Any]:
+    def collect(self, links: Sequence[WorkerLink], timeout: float | None = None, dead: list | None = None) -> list[Any]:
         """Wait until each link answered; return their replies (by position), raising the first error.
 
         With a ``dead`` list (restart mode, steps), a worker that died is appended to it,
@@ -412,7 +300,7 @@ class ShmPool:
             try:
                 message = link.recv(LIVENESS_INTERVAL)
             except (EOFError, OSError) as exc:
-                self._blame_dead(link)
+                self.blame_dead(link)
                 raise exc
             if message is not NOTHING:
                 break
@@ -441,19 +329,19 @@ class ShmPool:
         no_restart = self.restarter.claim(link) if self.restarter else ""
         self._break(link.death() + no_restart)
 
-    def _blame_dead(self, link: WorkerLink) -> None:
+    def blame_dead(self, link: WorkerLink) -> None:
         """The link's pipe broke: it is exiting. Raise what killed it once the exit is visible."""
         link.process.join(3.0)
         self.check_alive(link)
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Absorb answers to commands whose wait was interrupted (e.g. by KeyboardInterrupt)."""
-        if self._pending is not None:
+        if self.pending is not None:
             return  # the next wait collects them
         behind = [link for link in self.links if link.owes != IDLE]
         if behind:
             try:
-                self._collect(behind)
+                self.collect(behind)
             except ShmVecError:
                 raise
             except Exception:
@@ -477,7 +365,7 @@ class ShmPool:
         error.__suppress_context__ = True  # e.g. the broken pipe that revealed the death says nothing more
         raise error
 
-    def _check_usable(self) -> None:
+    def check_usable(self) -> None:
         if self.closed:
             raise ClosedEnvError("this vector env is closed; create a new one")
         if self._broken is not None:
@@ -503,5 +391,3 @@ class ShmPool:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-
-_env_index = operator.attrgetter("env_index")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
 from shmvec import ops
-from shmvec.options import DEFAULT_SPIN, PoolOptions
+from shmvec.options import PoolOptions, options_doc
 from shmvec.pool import ShmPool
 from shmvec.validation import checked_column, split_actions
 
@@ -51,30 +51,17 @@ class ShmPoolVecEnv(VecEnv):
 
     Args:
         env_fns: callables that each build a new Gymnasium env (lambdas are fine).
-        n_workers: worker processes; default ``min(len(env_fns), os.cpu_count())``. Shards
-            need not be even. ``n_workers=len(env_fns)`` gives one env per process.
-        start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default forkserver where
-            available, as SB3. Non-fork methods need the ``if __name__ == "__main__":`` guard.
-        timeout: seconds to wait for the workers before raising
-            :class:`~shmvec.errors.StepTimeoutError`; default ``None`` waits while they live.
-        worker_threads: torch/OpenMP/BLAS threads per worker (default 1); ``None`` leaves them.
-        max_spin: upper bound in seconds of the adaptive spin-wait before blocking.
-        main_shard: the main process steps one more shard of envs itself while the workers
-            step theirs (fastest for light envs: on C cores use ``n_workers=C - 1``);
-            those envs live in the main process, so a crash there is not isolated.
-        on_worker_failure: ``"raise"`` (default): a worker process that dies makes the step
-            raise :class:`~shmvec.errors.WorkerDiedError`. ``"restart"``: the worker is
-            re-created from its env_fns and its envs are reset (seed ``None``); that step
-            returns for each of them the reset observation, reward 0, ``done=True`` and the
-            info ``{"shmvec_restarted": True, "TimeLimit.truncated": True}`` with *no*
-            ``terminal_observation`` (the last observation died with the worker, so
-            on-policy algorithms do not bootstrap; off-policy replay buffers that handle
-            timeouts bootstrap from the reset observation); ``reset_infos`` gets their reset infos.
-            The other envs' results are unaffected. A worker found dead while idle is
-            restarted at the next step. Each restart warns (``RuntimeWarning``). A death
-            during ``reset``, ``env_method``, ``get_attr``, ... still raises.
-        max_restarts: restarts allowed over the env's life with ``"restart"``; one more
-            death raises ``WorkerDiedError`` saying the budget is used up.
+        n_workers: worker processes (see the pool options below).
+        start_method: as SubprocVecEnv's (see the pool options below).
+        **pool_options: how the envs run, shared with every shmvec adapter
+            (:class:`~shmvec.options.PoolOptions`): timeout, worker_threads, max_spin,
+            main_shard, on_worker_failure, max_restarts, as below. In restart mode the envs
+            of a dead worker return, for that step, the reset observation, reward 0,
+            ``done=True`` and the info ``{"shmvec_restarted": True, "TimeLimit.truncated":
+            True}`` with *no* ``terminal_observation`` (the last observation died with the
+            worker, so on-policy algorithms do not bootstrap; off-policy replay buffers
+            that handle timeouts bootstrap from the reset observation); ``reset_infos``
+            gets their reset infos.
 
     Dict and Tuple action spaces (nested too) take one action per env, a list of dicts or
     tuples, as ``DummyVecEnv`` does; each env gets a dict (tuple) of its leaves' values.
@@ -88,29 +75,12 @@ class ShmPoolVecEnv(VecEnv):
         env_fns: Sequence[Callable[[], gym.Env]],
         n_workers: int | None = None,
         start_method: str | None = None,
-        *,
-        timeout: float | None = None,
-        worker_threads: int | None = 1,
-        max_spin: float = DEFAULT_SPIN,
-        main_shard: bool = False,
-        on_worker_failure: Literal["raise", "restart"] = "raise",
-        max_restarts: int = 3,
+        **pool_options: Any,
     ):
-        self._pool = ShmPool(
-            env_fns,
-            PoolOptions(
-                n_workers=n_workers,
-                start_method=start_method,
-                timeout=timeout,
-                worker_threads=worker_threads,
-                max_spin=max_spin,
-                main_shard=main_shard,
-                on_worker_failure=on_worker_failure,
-                max_restarts=max_restarts,
-            ),
-            autoreset_mode=AutoresetMode.SAME_STEP,
-            env_wrapper=ops.patch_legacy_env,
+        options = PoolOptions.from_kwargs(
+            type(self).__name__, n_workers=n_workers, start_method=start_method, **pool_options
         )
+        self._pool = ShmPool(env_fns, options, autoreset_mode=AutoresetMode.SAME_STEP, env_wrapper=ops.patch_legacy_env)
         try:
             observation_space = self._pool.single_observation_space
             lay.require_fixed_size(observation_space, "observation", "ShmPoolVecEnv")  # SB3 needs arrays
@@ -270,3 +240,6 @@ class ShmPoolVecEnv(VecEnv):
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+
+ShmPoolVecEnv.__doc__ += "\n    Pool options:" + options_doc() + "\n"

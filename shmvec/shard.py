@@ -12,6 +12,7 @@ are kept per command in :attr:`Shard.pickled_out` and go back with the reply (a
 
 from __future__ import annotations
 
+import operator
 import pickle
 from typing import Any
 
@@ -188,6 +189,21 @@ class Shard:
         except Exception as exc:
             raise EnvFailed(i) from exc
         return results
+
+
+def with_shm_finals(records: list[StepInfo], final_obs: np.ndarray, ended: np.ndarray) -> list[StepInfo]:
+    """Main side: ``records`` plus one for each episode end ``ended`` that travelled through
+    shared memory (``FINAL_OBS`` rows, empty infos), in env order."""
+    if not len(ended):
+        return records
+    finals = final_obs[ended]  # one copy for all; rows are independent arrays
+    ours = [StepInfo(i, {}, finals[n], {}) for n, i in enumerate(ended.tolist())]
+    if not records:
+        return ours
+    return sorted(records + ours, key=_env_index)  # adapters add infos in env order, like the references
+
+
+_env_index = operator.attrgetter("env_index")
 
 
 def _fits(obs: Any, view: np.ndarray) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import numbers
 import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -187,3 +188,12 @@ def check_not_bootstrapping() -> None:
     process = mp.current_process()
     if getattr(process, "_inheriting", False) and process.name.startswith("shmvec-worker-"):
         os._exit(UNGUARDED_MAIN_EXIT)
+
+
+def seconds(timeout: Any) -> float | None:
+    """A wait's ``timeout`` as seconds >= 0 (any real number, numpy's too, as AsyncVectorEnv takes), or None."""
+    if timeout is None:
+        return None
+    if not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    return max(float(timeout), 0.0)

@@ -15,7 +15,7 @@ import copy as copy_module
 import numbers
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -42,7 +42,7 @@ from shmvec.errors import (
 from shmvec.options import PoolOptions, options_doc
 from shmvec.pool import ShmPool
 from shmvec.protocol import Reset, RunOps
-from shmvec.validation import checked_column
+from shmvec.validation import checked_column, seconds
 from shmvec.vector_batches import AsyncBatches, add_record_infos
 
 __all__ = ["ShmVectorEnv", "make_vec"]
@@ -262,7 +262,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
             options = dict(options)
             mask = self._check_reset_mask(options.pop("reset_mask"))
         targets = range(self.num_envs) if mask is None else np.flatnonzero(mask).tolist()
-        self._pool.request_async(Reset({i: {"seed": seeds[i], "options": options} for i in targets}))
+        self._pool.requests.send(Reset({i: {"seed": seeds[i], "options": options} for i in targets}))
         self._reset_mask = mask
         self._state = AsyncState.WAITING_RESET
 
@@ -279,7 +279,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         """
         self._check_open()
         self._check_pending(AsyncState.WAITING_RESET, "reset_wait", "reset_async")
-        env_infos = self._finish("reset_wait", self._pool.request_wait, timeout)
+        env_infos = self._finish("reset_wait", self._pool.requests.wait, timeout)
         if self._reset_mask is None:
             self._needs_reset[:] = False
         else:
@@ -432,16 +432,8 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         terminated, truncated = pool.terminated.copy(), pool.truncated.copy()
         if self.autoreset_mode == AutoresetMode.DISABLED:
             self._needs_reset = terminated | truncated
-        infos: dict[str, Any] = {}
-        add_info = self._add_info
-        for record in records:  # sorted by env index, as SyncVectorEnv adds them
-            if record.final_info is not None:
-                infos = add_info(
-                    infos, {"final_obs": record.final_obs, "final_info": record.final_info}, record.env_index
-                )
-            elif record.restarted:  # its worker died: no final_obs, the last observation is lost
-                infos = add_info(infos, {"shmvec_restarted": True}, record.env_index)
-            infos = add_info(infos, record.info, record.env_index)
+        # records are sorted by env index, as SyncVectorEnv adds them
+        infos = add_record_infos({}, self._add_info, ((record.env_index, record) for record in records))
         return self._observations(), pool.rewards.copy(), terminated, truncated, infos
 
     def _observations(self) -> Any:
@@ -487,7 +479,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         self._check_idle("call_async")
         if name in _RESERVED_CALLS:
             raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
-        self._pool.request_async(RunOps(dict.fromkeys(range(self.num_envs), ops.CallOrGet(name, args, kwargs))))
+        self._pool.requests.send(RunOps(dict.fromkeys(range(self.num_envs), ops.CallOrGet(name, args, kwargs))))
         self._state = AsyncState.WAITING_CALL
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
@@ -502,7 +494,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         """
         self._check_open()
         self._check_pending(AsyncState.WAITING_CALL, "call_wait", "call_async")
-        results = self._finish("call_wait", self._pool.request_wait, timeout)
+        results = self._finish("call_wait", self._pool.requests.wait, timeout)
         return tuple(results[i] for i in range(self.num_envs))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
@@ -574,7 +566,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
 
     def _finish(self, caller: str, wait: Callable[[float | None], Any], timeout: Any) -> Any:
         """Run the pool's ``wait`` for the pending call; the call is no longer pending afterwards, whatever happens."""
-        limit = _seconds(timeout)  # before the state changes: a bad timeout leaves the call pending
+        limit = seconds(timeout)  # before the state changes: a bad timeout leaves the call pending
         try:
             return wait(limit)
         except StepTimeoutError as exc:
@@ -654,15 +646,6 @@ def _obs_space_match(observation_mode: Any) -> Callable[[Space, Space], bool]:
         "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch observation "
         f"space, actual got {observation_mode}"
     )
-
-
-def _seconds(timeout: Any) -> float | None:
-    """A wait's ``timeout`` as seconds >= 0 (any real number, numpy's too, as AsyncVectorEnv takes), or None."""
-    if timeout is None:
-        return None
-    if not isinstance(timeout, numbers.Real):
-        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-    return max(float(timeout), 0.0)
 
 
 def _is_single_value(value: Any) -> bool:

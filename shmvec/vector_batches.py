@@ -7,7 +7,6 @@ turns a batch of rows into Gymnasium's return values.
 from __future__ import annotations
 
 import copy
-import numbers
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -17,7 +16,7 @@ from gymnasium.vector import AutoresetMode
 from shmvec import layout as lay
 from shmvec.errors import InvalidActionError, NoPendingCallError, ResetNeededError
 from shmvec.protocol import StepInfo
-from shmvec.validation import checked_column
+from shmvec.validation import checked_column, seconds
 
 
 def add_record_infos(infos: dict[str, Any], add_info: Callable, rows: Iterable[tuple[int, StepInfo]]) -> dict[str, Any]:
@@ -54,7 +53,7 @@ class AsyncBatches:
         """
         self._check_open()
         seeds = self._seeds(seed)
-        self._pool.reset_async_all({i: {"seed": seeds[i], "options": options} for i in range(self.num_envs)})
+        self._pool.batches.reset({i: {"seed": seeds[i], "options": options} for i in range(self.num_envs)})
         self._needs_reset[:] = False
         self._last_env_ids = None
 
@@ -77,7 +76,7 @@ class AsyncBatches:
         self._pool.batches.check_can_send(env_ids)
         for view, column in columns:
             view[env_ids] = column
-        self._pool.send(env_ids)
+        self._pool.batches.send(env_ids)
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The results of the first ``batch_size`` envs to finish, first finished first.
@@ -88,7 +87,7 @@ class AsyncBatches:
         """
         self._check_open()
         pool = self._pool
-        env_ids, records = pool.recv_batch(self.batch_size, _seconds(timeout))
+        env_ids, records = pool.batches.recv(self.batch_size, seconds(timeout))
         self._last_env_ids = env_ids
         terminated, truncated = pool.terminated[env_ids], pool.truncated[env_ids]  # copies
         if self.autoreset_mode == AutoresetMode.DISABLED:
@@ -129,11 +128,3 @@ class AsyncBatches:
         for path, column in self._pool.pickled.obs.items():  # no fixed size: a tuple, as `concatenate` makes
             leaves[path] = copy.deepcopy(tuple(column[i] for i in env_ids.tolist()))
         return lay.unflatten(self.single_observation_space, leaves)
-
-
-def _seconds(timeout: Any) -> float | None:
-    if timeout is None:
-        return None
-    if not isinstance(timeout, numbers.Real):
-        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-    return float(timeout)

@@ -178,7 +178,7 @@ def _start_afresh(worker: int, conn: mp.connection.Connection, shard: Shard) -> 
     main process reports this restart as one.
     """
     try:
-        infos = shard.reset(Reset({i: {} for i in range(shard.start, shard.stop)}))
+        infos = shard.handle(Reset({i: {} for i in range(shard.start, shard.stop)}))  # pickled obs leaves too
         blob = dumps(infos)
         shard.autoreset[:] = [shard.mode == AutoresetMode.NEXT_STEP] * len(shard.envs)
     except Exception as exc:

@@ -1,49 +1,19 @@
 """Helpers for comparing a ``ShmPoolVecEnv`` with SB3's ``DummyVecEnv`` bit for bit.
 
-Used by ``test_sb3_*.py``. Comparisons are strict: same container and scalar types,
-same dict key order, same numpy dtype, shape and bytes (NaNs compare equal).
+Used by ``test_sb3_*.py``. Comparisons are ``helpers.assert_same``: bit for bit.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from helpers import assert_same
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 
 from shmvec import ShmPoolVecEnv
-
-
-def assert_same(got: Any, want: Any, where: str = "value") -> None:
-    """Fail unless ``got`` is exactly ``want``: types, dtypes, shapes, keys (in order) and values."""
-    if isinstance(want, np.ndarray):
-        assert isinstance(got, np.ndarray), (
-            f"{where}: got {type(got).__name__}, want ndarray"
-        )
-        assert got.dtype == want.dtype, f"{where}: dtype {got.dtype} != {want.dtype}"
-        assert got.shape == want.shape, f"{where}: shape {got.shape} != {want.shape}"
-        assert np.array_equal(got, want, equal_nan=want.dtype.kind in "fc"), (
-            f"{where}: values differ\n{got}\n{want}"
-        )
-        return
-    assert type(got) is type(want), (
-        f"{where}: type {type(got).__name__} != {type(want).__name__}"
-    )
-    if isinstance(want, dict):
-        assert list(got) == list(want), f"{where}: keys {list(got)} != {list(want)}"
-        for key in want:
-            assert_same(got[key], want[key], f"{where}[{key!r}]")
-    elif isinstance(want, (list, tuple)):
-        assert len(got) == len(want), f"{where}: length {len(got)} != {len(want)}"
-        for i, (g, w) in enumerate(zip(got, want)):
-            assert_same(g, w, f"{where}[{i}]")
-    elif isinstance(want, (float, np.floating)) and np.isnan(want):
-        assert np.isnan(got), f"{where}: {got!r} != NaN"
-    else:
-        assert got == want, f"{where}: {got!r} != {want!r}"
 
 
 def make_pair(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import gymnasium as gym
@@ -11,10 +10,10 @@ import pytest
 from envs import make_mixed
 from faulty import Boom, env_fns
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from helpers import assert_same
 
 from shmvec import ShmVectorEnv, StepStateError, StepTimeoutError, WorkerDiedError
 from shmvec.errors import AlreadyPendingError, NoPendingCallError
-from test_vector import assert_same
 
 MODES = list(AutoresetMode)
 FACTORIES = {

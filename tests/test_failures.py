@@ -17,10 +17,10 @@ import threading
 import time
 
 import numpy as np
-import psutil
 import pytest
 
 from faulty import N_ENVS, N_WORKERS, Boom, FaultyEnv, env_fns
+from helpers import gone, poll_until, pool_pids, shm_of
 from shmvec import (
     ClosedEnvError,
     InvalidActionError,
@@ -69,12 +69,6 @@ def step(env):
 
 def env_method(env, name: str) -> list:
     return list(env.env_method(name) if isinstance(env, ShmPoolVecEnv) else env.call(name))
-
-
-def worker_pids(env) -> list[int]:
-    """Pids of the workers, in worker order (one env per shard asked)."""
-    pids = env_method(env, "pid")
-    return list(dict.fromkeys(pids))
 
 
 def assert_closes_quickly(env) -> None:
@@ -185,7 +179,7 @@ def test_unpicklable_exception_becomes_env_error(vec, adapter):
 def test_worker_dies_inside_step(vec, adapter, fail, how):
     env = vec(adapter, env_fns(fail), start_method="fork")
     reset(env)
-    pid = worker_pids(env)[1]
+    pid = pool_pids(env)[1]
     step(env)
     start = time.monotonic()
     with pytest.raises(WorkerDiedError) as excinfo:
@@ -202,7 +196,7 @@ def test_worker_dies_inside_step(vec, adapter, fail, how):
 def test_worker_sigkilled_while_stepping(vec, adapter, start_method):
     env = vec(adapter, env_fns("slow", at=1), start_method=start_method)
     reset(env)
-    pid = worker_pids(env)[1]
+    pid = pool_pids(env)[1]
     env.step_async(actions(env))
     time.sleep(0.1)  # worker 1 is inside its 0.5 s step
     os.kill(pid, signal.SIGKILL)
@@ -220,7 +214,7 @@ def test_worker_sigkilled_while_stepping(vec, adapter, start_method):
 def test_worker_sigkilled_while_idle(vec, adapter, call):
     env = vec(adapter, env_fns(None), start_method="fork")
     reset(env)
-    pid = worker_pids(env)[0]
+    pid = pool_pids(env)[0]
     os.kill(pid, signal.SIGKILL)
     assert poll_until(lambda: gone(pid), QUICK)  # a zombie: never reap it here, the pool must see it
     start = time.monotonic()
@@ -395,27 +389,6 @@ def read_ready(proc: subprocess.Popen) -> list[str]:
     line = proc.stdout.readline()
     assert line.startswith("READY"), f"script failed to start: {line!r}\n{proc.stderr.read() if proc.poll() is not None else ''}"
     return line.split()[1:]
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def shm_of(pid: int) -> list[str]:
-    prefix = f"shmvec_{pid}_"
-    return [n for n in os.listdir("/dev/shm") if n.startswith(prefix) or n.startswith("sem." + prefix)]
-
-
-def poll_until(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 STEPPING_SCRIPT = """

@@ -11,9 +11,9 @@ import gc
 
 import psutil
 import pytest
-from conftest import shm_entries, worker_pids
 from faulty import env_fns
-from test_failures import ADAPTERS, QUICK, gone, make_vec, poll_until, read_ready, reset, run_script, shm_of, step
+from helpers import descendant_pids, gone, poll_until, shm_entries, shm_of
+from test_failures import ADAPTERS, QUICK, make_vec, read_ready, reset, run_script, step
 
 from shmvec import ShmPool
 from shmvec.options import PoolOptions
@@ -21,11 +21,11 @@ from shmvec.options import PoolOptions
 
 def started(adapter: str, **kwargs):
     """A stepped env, with the processes and /dev/shm entries it added."""
-    pids_before, shm_before = worker_pids(), shm_entries()
+    pids_before, shm_before = descendant_pids(), shm_entries()
     env = make_vec(adapter, env_fns(None), start_method="fork", **kwargs)
     reset(env)
     step(env)
-    pids, names = worker_pids() - pids_before, shm_entries() - shm_before
+    pids, names = descendant_pids() - pids_before, shm_entries() - shm_before
     assert len(pids) == 2 and len(names) == 6, (pids, names)  # 2 workers; 1 arena + 2 semaphores each + 1 ready
     return env, pids, names
 
@@ -45,9 +45,9 @@ def test_gc_of_unclosed_env_warns_and_releases():
 
 @pytest.mark.timeout(60)
 def test_gc_of_unclosed_pool_warns_and_releases():
-    pids_before, shm_before = worker_pids(), shm_entries()
+    pids_before, shm_before = descendant_pids(), shm_entries()
     pool = ShmPool(env_fns(None), PoolOptions(n_workers=2, start_method="fork"))
-    pids, names = worker_pids() - pids_before, shm_entries() - shm_before
+    pids, names = descendant_pids() - pids_before, shm_entries() - shm_before
     assert pids and names
     with pytest.warns(ResourceWarning, match="not closed; call close"):
         del pool
@@ -67,11 +67,11 @@ def test_gc_of_unclosed_env_releases(adapter):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_context_manager(adapter):
-    pids_before = worker_pids()
+    pids_before = descendant_pids()
     with make_vec(adapter, env_fns(None), start_method="fork") as env:
         reset(env)
         step(env)
-        pids = worker_pids() - pids_before
+        pids = descendant_pids() - pids_before
     assert env.closed
     assert released(pids, set())
     with pytest.raises(KeyError):  # released on the way out of an exception too
@@ -93,7 +93,7 @@ def test_many_cycles_leave_nothing(adapter):
 
     def counts():
         gc.collect()
-        return len(worker_pids()), me.num_fds(), len(shm_entries())
+        return len(descendant_pids()), me.num_fds(), len(shm_entries())
 
     cycle()  # warm-up: the resource tracker and lazy imports open descriptors once
     before = counts()

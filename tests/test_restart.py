@@ -20,12 +20,11 @@ import warnings
 
 import gymnasium as gym
 import numpy as np
-import psutil
 import pytest
 from faulty import N_ENVS, N_WORKERS, die_once_fns, env_fns
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from helpers import assert_same, env_pids, gone
 from stable_baselines3.common.vec_env import DummyVecEnv
-from test_vector import assert_same
 
 from shmvec import ResetNeededError, ShmPoolVecEnv, ShmVectorEnv, WorkerDiedError
 
@@ -103,17 +102,6 @@ def restart_warning(worker: int, envs: str, pid: int, how: str) -> str:
     return rf"worker {worker} \(envs {envs}, pid {pid}\) died with {how}[^;]*; restarting it \(restart 1 of max_restarts=3\)"
 
 
-def pids(env) -> list[int]:
-    return list(env.env_method("pid") if isinstance(env, ShmPoolVecEnv) else env.call("pid"))
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 # -- a worker dies inside a step ------------------------------------------------------------
 
 
@@ -121,7 +109,7 @@ def gone(pid: int) -> bool:
 @pytest.mark.parametrize("how, at", [("exit", AT), ("sigkill", AT), ("exit", LATE)])
 def test_sb3_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, how, at):
     env, ref = sb3_pair(closing, die_once_fns(how, marker, at=at), start_method="fork", **RESTART)
-    old = pids(env)
+    old = env_pids(env)
     actions = make_actions()
     ended = False
     for t in range(at - 1):
@@ -134,13 +122,13 @@ def test_sb3_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, h
         assert infos[i] == {"shmvec_restarted": True, "TimeLimit.truncated": True}  # no terminal_observation
         assert is_reset_obs(obs[i])
         assert env.reset_infos[i] == {}  # CartPole's reset info
-    new = pids(env)
+    new = env_pids(env)
     assert new[:2] == old[:2] and new[2] == new[3] != old[3]
     assert gone(old[3]) and env.get_attr("resets", DEAD) == [1, 1]
     for t in range(at, STEPS):  # and on, the kept envs still exactly as the reference
         obs, rewards, dones, infos = step_sb3(env, ref, actions[t])
         assert not any("shmvec_restarted" in info for info in infos)
-    assert env._pool.restarts == 1
+    assert env._pool.restarter.count == 1
 
 
 @pytest.mark.timeout(60)
@@ -151,7 +139,7 @@ def test_sb3_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, h
 )
 def test_gym_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, mode, how, at):
     env, ref = gym_pair(closing, die_once_fns(how, marker, at=at), mode, start_method="fork", **RESTART)
-    old = pids(env)
+    old = env_pids(env)
     actions = make_actions()
     ended = False
     for t in range(at - 1):
@@ -184,7 +172,7 @@ def test_gym_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, m
     for t in range(at + 1, STEPS):
         obs, rewards, terms, truncs, infos = step_gym(env, ref, actions[t])
         assert "shmvec_restarted" not in infos
-    assert pids(env)[:2] == old[:2] and gone(old[3])
+    assert env_pids(env)[:2] == old[:2] and gone(old[3])
 
 
 @pytest.mark.timeout(60)
@@ -211,7 +199,7 @@ def test_gym_disabled_mode_restarted_envs_need_a_reset(closing, marker):
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
 def test_restart_under_forkserver_and_spawn(closing, marker, start_method):
     env, ref = gym_pair(closing, die_once_fns("sigkill", marker, at=AT), start_method=start_method, **RESTART)
-    old = pids(env)
+    old = env_pids(env)
     actions = make_actions(AT + 20)
     for t in range(AT - 1):
         step_gym(env, ref, actions[t])
@@ -221,7 +209,7 @@ def test_restart_under_forkserver_and_spawn(closing, marker, start_method):
     assert_same(infos["_shmvec_restarted"], np.array([False, False, True, True]))
     for t in range(AT, AT + 20):
         step_gym(env, ref, actions[t])
-    assert pids(env)[2] != old[3]
+    assert env_pids(env)[2] != old[3]
 
 
 # -- a worker dies while idle -----------------------------------------------------------------
@@ -234,7 +222,7 @@ def test_worker_dying_while_idle_is_restarted_at_the_next_step(closing, marker, 
     env, ref = pair(closing, die_once_fns(None, marker), start_method="fork", **RESTART)
     actions = make_actions(30)
     step(env, ref, actions[0], kept=list(range(N_ENVS)))
-    old = pids(env)
+    old = env_pids(env)
     os.kill(old[0], signal.SIGKILL)
     deadline = time.monotonic() + 10
     while not gone(old[0]) and time.monotonic() < deadline:
@@ -249,7 +237,7 @@ def test_worker_dying_while_idle_is_restarted_at_the_next_step(closing, marker, 
         assert_same(out[3], np.array([True, True, False, False]))
     for t in range(2, 30):
         step(env, ref, actions[t], kept=DEAD)
-    assert pids(env)[0] != old[0]
+    assert env_pids(env)[0] != old[0]
 
 
 # -- the bound, the default, the rest ---------------------------------------------------------
@@ -295,7 +283,7 @@ def test_default_still_raises(closing, marker, adapter):
 def test_death_during_a_rare_call_raises_even_in_restart_mode(closing, marker):
     env = closing(ShmVectorEnv(die_once_fns(None, marker), N_WORKERS, start_method="fork", **RESTART))
     env.reset(seed=0)
-    pid = pids(env)[0]
+    pid = env_pids(env)[0]
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(WorkerDiedError, match=rf"worker 0 \(envs 0..1, pid {pid}\) died with signal SIGKILL"):
         env.call("pid")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from envs import MixedDictEnv, TupleObsEnv, make_mixed
 from gymnasium import spaces
-from sb3_compare import assert_same, make_pair, sample_actions
+from helpers import assert_same
+from sb3_compare import make_pair, sample_actions
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from envs import TupleActionEnv, make_dict_action
 from gymnasium import spaces
-from sb3_compare import assert_same, check_step, make_pair
+from helpers import assert_same
+from sb3_compare import check_step, make_pair
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv
 
 from shmvec import ShmPoolVecEnv

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from envs import TupleObsEnv, make_image, make_mixed
 from gymnasium import spaces
-from sb3_compare import assert_same, make_pair, run_equivalence, sample_actions
+from helpers import assert_same
+from sb3_compare import make_pair, run_equivalence, sample_actions
 
 STEPS = 300
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 from envs import make_image, make_mixed
+from helpers import assert_same
 from sb3_compare import (
-    assert_same,
     check_step,
     infos_without,
     make_pair,

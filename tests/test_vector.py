@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from envs import MixedDictEnv, NestedEnv, TupleObsEnv, make_mixed
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from helpers import assert_same
 
 import shmvec
 from shmvec import (
@@ -41,34 +42,6 @@ ENV_FACTORIES = {
 
 
 # ---- comparison helpers ----------------------------------------------------------------
-
-
-def assert_same(got, want, where="value"):
-    """Structural, bit-for-bit equality (types, dtypes, shapes, dict key order, bytes)."""
-    if isinstance(want, dict):
-        assert isinstance(got, dict), f"{where}: {type(got)} is not a dict"
-        assert list(got) == list(want), f"{where}: keys {list(got)} != {list(want)}"
-        for key in want:
-            assert_same(got[key], want[key], f"{where}[{key!r}]")
-    elif isinstance(want, tuple):
-        # type(want), not tuple: named tuples (e.g. Graph's GraphInstance) must keep their class
-        assert type(got) is type(want) and len(got) == len(want), f"{where}: {got!r} != {want!r}"
-        for i, (g, w) in enumerate(zip(got, want)):
-            assert_same(g, w, f"{where}[{i}]")
-    elif isinstance(want, np.ndarray):
-        assert isinstance(got, np.ndarray), f"{where}: {type(got)} is not an ndarray"
-        assert (got.dtype, got.shape) == (want.dtype, want.shape), (
-            f"{where}: {got.dtype}{got.shape} != {want.dtype}{want.shape}"
-        )
-        if want.dtype == object:
-            for i, (g, w) in enumerate(zip(got.ravel(), want.ravel())):
-                assert_same(g, w, f"{where}[{i}]")
-        else:
-            assert got.tobytes() == want.tobytes(), f"{where}: {got} != {want}"
-    else:
-        assert type(got) is type(want), f"{where}: {type(got)} != {type(want)}"
-        both_nan = isinstance(want, float) and np.isnan(want) and np.isnan(got)
-        assert got == want or both_nan, f"{where}: {got!r} != {want!r}"
 
 
 def _drop_wall_time(*infos):

@@ -18,14 +18,14 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import shm_entries, worker_pids
 from envs import MixedDictEnv, make_mixed
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import batch_differing_spaces
-from test_vector import ENV_FACTORIES, assert_same, run_equivalence
+from helpers import assert_same, descendant_pids, shm_entries
+from test_vector import ENV_FACTORIES, run_equivalence
 
 import shmvec
 from shmvec import ShmVectorEnv
@@ -449,7 +449,7 @@ def test_closing_with_a_call_pending_warns_and_waits_for_it(kind, closing):
 
 
 def test_close_terminate_kills_a_stuck_step_at_once(closing):
-    before_pids, before_shm = worker_pids(), shm_entries()
+    before_pids, before_shm = descendant_pids(), shm_entries()
     shm = make_shm([SlowEnv] * 2, closing)
     ref = make_async([SlowEnv] * 2, closing)
     caught = []
@@ -458,7 +458,7 @@ def test_close_terminate_kills_a_stuck_step_at_once(closing):
         env.step_async(np.array([1, 1]))  # both envs sleep
         caught.append(_close_warnings(env, terminate=True))
     assert caught[0] == caught[1] and "pending call to `step`" in caught[0][0]
-    assert worker_pids() - before_pids == set()  # nothing left, right when close() returns
+    assert descendant_pids() - before_pids == set()  # nothing left, right when close() returns
     assert shm_entries() - before_shm == set()
 
 

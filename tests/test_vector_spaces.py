@@ -23,7 +23,8 @@ from envs import (
 )
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from test_vector import assert_same, run_equivalence
+from helpers import assert_same
+from test_vector import run_equivalence
 
 from shmvec import InvalidActionError, ShmVectorEnv, UnsupportedSpaceError
 from shmvec import layout as lay

@@ -1,0 +1,165 @@
+"""What ppo_sync.py and ppo_async.py share: arguments, the network, GAE along one time axis,
+the PPO update, episode returns and the phase timer. CleanRL's ppo.py, condensed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import deque
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical
+
+
+def parse_args(async_batches: bool) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--env-id", default="CartPole-v1")
+    p.add_argument("--total-timesteps", type=int, default=50_000)
+    p.add_argument("--num-envs", type=int, default=16)
+    if async_batches:
+        p.add_argument("--batch-size", type=int, default=8, help="envs per recv() (num_envs // batch_size batches)")
+    p.add_argument("--n-workers", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--num-steps", type=int, default=32, help="steps per env per rollout")
+    p.add_argument("--learning-rate", type=float, default=2.5e-4)
+    p.add_argument("--gamma", type=float, default=0.99)
+    p.add_argument("--gae-lambda", type=float, default=0.95)
+    p.add_argument("--num-minibatches", type=int, default=4)
+    p.add_argument("--update-epochs", type=int, default=4)
+    p.add_argument("--clip-coef", type=float, default=0.2)
+    p.add_argument("--ent-coef", type=float, default=0.01)
+    p.add_argument("--vf-coef", type=float, default=0.5)
+    p.add_argument("--max-grad-norm", type=float, default=0.5)
+    args = p.parse_args()
+    args.rollout_size = args.num_envs * args.num_steps
+    args.num_iterations = args.total_timesteps // args.rollout_size
+    return args
+
+
+def seed_everything(seed: int) -> None:
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)  # a tiny MLP: more threads only fight the env workers for the cores
+
+
+def make_env_fns(args: argparse.Namespace) -> list:
+    return [lambda: gym.make(args.env_id)] * args.num_envs
+
+
+def layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
+    linear = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(linear.weight, std)
+    nn.init.constant_(linear.bias, 0.0)
+    return linear
+
+
+class Agent(nn.Module):
+    """Separate 64-64 tanh actor and critic, as CleanRL's ppo.py."""
+
+    def __init__(self, obs_size: int, n_actions: int):
+        super().__init__()
+        self.critic = nn.Sequential(layer(obs_size, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, 1.0))
+        self.actor = nn.Sequential(layer(obs_size, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, n_actions, 0.01))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor, action: torch.Tensor | None = None):
+        dist = Categorical(logits=self.actor(obs))
+        if action is None:
+            action = dist.sample()
+        return action, dist.log_prob(action), dist.entropy(), self.value(obs)
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Actions, their log-probabilities and the values of a batch of observations."""
+        action, logprob, _, value = self.evaluate(torch.as_tensor(obs))
+        return action.numpy(), logprob.numpy(), value.numpy()
+
+
+def gae(rewards, values, next_values, terminated, ended, gamma: float, lam: float) -> np.ndarray:
+    """Advantages along axis 0 (time); ``rewards[t]``, ``terminated[t]``, ``ended[t]`` are the outcome
+    of the action at ``t``. A truncated episode bootstraps from the value of its final observation."""
+    advantages = np.zeros_like(values)
+    last = 0.0
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminated[t]) - values[t]
+        last = delta + gamma * lam * (1.0 - ended[t]) * last
+        advantages[t] = last
+    return advantages
+
+
+def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, batch: dict[str, np.ndarray], args) -> None:
+    """CleanRL's clipped-objective update over minibatches of ``batch`` (flat arrays, one row per transition)."""
+    data = {k: torch.as_tensor(v) for k, v in batch.items()}
+    returns = data["advantages"] + data["values"]
+    n = len(data["obs"])
+    minibatch = max(1, n // args.num_minibatches)
+    for _ in range(args.update_epochs):
+        order = torch.randperm(n)
+        for start in range(0, n, minibatch):
+            idx = order[start : start + minibatch]
+            _, logprob, entropy, value = agent.evaluate(data["obs"][idx], data["actions"][idx])
+            ratio = (logprob - data["logprobs"][idx]).exp()
+            adv = data["advantages"][idx]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
+            old_value = data["values"][idx]
+            clipped = old_value + (value - old_value).clamp(-args.clip_coef, args.clip_coef)
+            v_loss = 0.5 * torch.max((value - returns[idx]) ** 2, (clipped - returns[idx]) ** 2).mean()
+            loss = pg_loss - args.ent_coef * entropy.mean() + args.vf_coef * v_loss
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+
+
+def anneal(optimizer: torch.optim.Optimizer, iteration: int, args) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = (1.0 - iteration / args.num_iterations) * args.learning_rate
+
+
+class Episodes:
+    """Episodic returns summed per env from the rewards (works for step() and recv() alike)."""
+
+    def __init__(self, num_envs: int):
+        self.running = np.zeros(num_envs)
+        self.recent: deque[float] = deque(maxlen=20)
+
+    def add(self, env_ids: np.ndarray, rewards: np.ndarray, ended: np.ndarray) -> None:
+        self.running[env_ids] += rewards
+        for i in env_ids[ended]:
+            self.recent.append(self.running[i])
+            self.running[i] = 0.0
+
+    def report(self, global_step: int) -> None:
+        if self.recent:
+            print(f"global_step={global_step} episodic_return={np.mean(self.recent):.1f} (last {len(self.recent)} episodes)")
+
+
+class PhaseTimer:
+    """Seconds spent collecting (rollout) and learning (update); ``TIMING`` line at the end."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.seconds = {"rollout": 0.0, "update": 0.0}
+
+    def phase(self, name: str):
+        timer = self
+
+        class _Phase:
+            def __enter__(self):
+                self.t0 = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timer.seconds[name] += time.perf_counter() - self.t0
+
+        return _Phase()
+
+    def line(self) -> str:
+        total = time.perf_counter() - self.start
+        return f"TIMING rollout={self.seconds['rollout']:.3f}s update={self.seconds['update']:.3f}s total={total:.3f}s"

@@ -1,0 +1,89 @@
+"""Rare calls, main side: a reset or operations on envs, sent to the workers that hold them.
+
+Each worker gets its own envs' part of the request on its pipe after a MESSAGE command;
+the main shard's part runs in :meth:`Requests.wait`, while the workers run theirs. See
+:mod:`shmvec.pool` for the data flow.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from shmvec.errors import NoPendingCallError
+from shmvec.failures import main_shard_error
+from shmvec.link import WorkerLink
+from shmvec.protocol import Reset, RunOps
+from shmvec.shard import EnvFailed
+
+if TYPE_CHECKING:
+    from shmvec.pool import ShmPool
+
+
+class Requests:
+    """The one rare call a pool may have pending."""
+
+    def __init__(self, pool: ShmPool):
+        self.pool = weakref.proxy(pool)  # no reference cycle: an unclosed pool is still collected at once
+        self._links: list[WorkerLink] = []  # the workers the pending request went to
+        self._main_part: Reset | RunOps | None = None
+
+    def send(self, request: Reset | RunOps) -> None:
+        """Send a rare request (keyed by env index) to the workers of the envs it names.
+
+        The main shard's part runs in :meth:`wait`, while the workers run theirs.
+
+        Raises:
+            AlreadyPendingError: a step, send or another request is pending.
+        """
+        pool = self.pool
+        pool.ensure_can_step()
+        by_env = request.kwargs if isinstance(request, Reset) else request.ops
+        parts = {k: type(request)(part) for k, part in self._split(by_env).items()}
+        self._main_part = parts.pop(pool.n_workers, None)
+        # Pickled before any worker is woken: an unpicklable argument leaves no worker waiting.
+        blobs = {k: cloudpickle.dumps(part) for k, part in parts.items()}
+        pool.settle()
+        self._links = [pool.links[k] for k in blobs]
+        pool.pending = "request"
+        for link in self._links:
+            try:
+                link.send(blobs[link.index])
+            except OSError as exc:
+                pool.blame_dead(link)  # a dead worker's pipe: say which worker died, and how
+                raise exc
+
+    def wait(self, timeout: float | None = None) -> dict[int, Any]:
+        """The merged ``{env index: result}`` of the pending request (a reset replies infos).
+
+        Raises:
+            NoPendingCallError: no request is pending.
+        """
+        pool = self.pool
+        pool.check_usable()
+        if pool.pending != "request":
+            raise NoPendingCallError("wait() called with no pending request; send() one first", "request")
+        pool.pending = None
+        merged: dict[int, Any] = {}
+        main_failure = None
+        if self._main_part is not None:
+            try:
+                merged.update(pool.main.handle(self._main_part))
+            except EnvFailed as failure:
+                main_failure = failure
+            self._main_part = None
+        for reply in pool.collect(self._links, timeout):
+            merged.update(reply)
+        if main_failure is not None:
+            raise main_shard_error(main_failure)
+        return pool.pickled.keep_reset_obs(merged)
+
+    def _split(self, by_env: dict[int, Any]) -> dict[int, dict[int, Any]]:
+        parts: dict[int, dict[int, Any]] = {}
+        for i, value in by_env.items():
+            if not 0 <= i < self.pool.num_envs:
+                raise IndexError(f"env index {i} out of range for {self.pool.num_envs} envs")
+            parts.setdefault(self.pool.shard_of(i), {})[i] = value
+        return parts
