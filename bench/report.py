@@ -6,11 +6,14 @@ Usage (from the repository root)::
     python bench/report.py --grid full --out /tmp/full
     python bench/report.py --grid custom --envs CartPole-v1,synth:1ms:4 --n 8,64 --k 1,2
     python bench/report.py --targets             # only the issue's target ratios, PASS/FAIL
+    python bench/report.py --sections async --out docs/bench   # async batches: appended to report.md
 
 Sections (``--sections``): ``grid`` (throughput per implementation/env/N/K, speed-up over
 DummyVecEnv, plots), ``overhead`` (zero-cost env: per-step overhead, fitted
 ``a + b*N``, and the overhead model checked against the grid), ``memory`` (peak
-PSS/USS/RSS of the process tree with 84x84x4 uint8 observations), ``targets``.
+PSS/USS/RSS of the process tree with 84x84x4 uint8 observations), ``targets``, ``async``
+(send/recv vs synchronous steps: stragglers, overlap, the PPO examples). Run alone,
+``async`` replaces its section in an existing ``--out/report.md`` and leaves the rest.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `bench` and `shmvec` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,7 +40,7 @@ from bench.overhead import fit_overheads, model_points  # noqa: E402
 from bench.targets import all_targets, plan_targets, run_targets  # noqa: E402
 from bench.workloads import IMAGE_150US, ZERO_COST, get_workload, raw_step_cost  # noqa: E402
 
-SECTIONS = ("grid", "overhead", "memory", "targets")
+SECTIONS = ("grid", "overhead", "memory", "targets", "async")
 KS = list(range(1, CORES + 1))
 
 
@@ -83,6 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup-time", type=float, help="seconds of warm-up steps per vector env")
     p.add_argument("--max-procs", type=int, default=64, help="skip one-process-per-env implementations above this N")
     p.add_argument("--sections", type=_csv(str), default=["grid", "overhead", "memory"], help=f"any of {','.join(SECTIONS)}")
+    p.add_argument("--ppo-timesteps", type=int, default=50_000, help="async section: timesteps of each PPO run")
     p.add_argument("--targets", action="store_true", help="only check the target ratios (same as --sections targets)")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"), help="output directory")
     args = p.parse_args(argv)
@@ -116,6 +121,8 @@ def run_plan(plan: Plan, timing: Timing, desc: str) -> list[Result]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     preload_forkserver()
+    if args.sections == ["async"]:
+        return write_async_section(args, argv)
     preset = PRESETS[args.grid]
     timing = replace(
         preset.timing,
@@ -203,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         doc += ["## Targets (issue 5), each measured side by side in one run", md.targets_table(checks)]
         print("\n".join(c.line() for c in checks))
 
+    if "async" in args.sections:
+        text, dump["async"] = run_async_section(args, argv)
+        doc.append(text)
+
     errors = md.errors_list(results)
     if skipped or errors:
         doc += ["## Skipped and failed", "\n".join(f"- {s}" for s in skipped) + ("\n" + errors if errors else "")]
@@ -215,6 +226,43 @@ def main(argv: list[str] | None = None) -> int:
     if "targets" not in args.sections:
         print(report)
     print(f"wrote {os.path.join(args.out, 'report.md')}", file=sys.stderr)
+    return 0
+
+
+def run_async_section(args: argparse.Namespace, argv: list[str] | None) -> tuple[str, dict]:
+    """Measure the async-batches section; its Markdown and its samples."""
+    from bench import async_batches as ab
+
+    overrides = {"repeats": args.repeats, "block_time": args.block_time, "warmup_time": args.warmup_time}
+    timing = replace(ab.ASYNC_TIMING, **{k: v for k, v in overrides.items() if v is not None})
+    ppo_repeats = args.repeats or 3
+    total = 3 * 2 * timing.repeats + len(ab.PPO_CONFIGS) * 2 * ppo_repeats  # 3 micro comparisons of 2 loops
+    with tqdm(total=total, desc="async", unit="sample", file=sys.stderr) as bar:
+        section = ab.run_section(timing, args.ppo_timesteps, ppo_repeats, on_sample=bar.update)
+    machine = (f"{platform.machine()}, {CORES} cores, Python {platform.python_version()}, {platform.platform()}, "
+               f"load average {os.getloadavg()[0]:.2f} at the end")
+    command = f"python bench/report.py {' '.join(argv if argv is not None else sys.argv[1:])}"
+    text = ab.markdown(section, machine, command, timing, ppo_repeats)
+    return text, section.to_dict()
+
+
+def write_async_section(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """``--sections async`` alone: replace (or append) that section of ``--out/report.md``; keep the rest."""
+    from bench.async_batches import replace_section
+
+    os.makedirs(args.out, exist_ok=True)
+    started = time.time()
+    text, dump = run_async_section(args, argv)
+    text += f"\n\n_Wall time of this section: {time.time() - started:.0f} s._"
+    report_path, json_path = os.path.join(args.out, "report.md"), os.path.join(args.out, "results.json")
+    old = Path(report_path).read_text() if os.path.exists(report_path) else "# shmvec benchmark report\n"
+    Path(report_path).write_text(replace_section(old, text))
+    results = json.loads(Path(json_path).read_text()) if os.path.exists(json_path) else {}
+    results["async"] = dump
+    with open(json_path, "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    print(text)
+    print(f"wrote {report_path}", file=sys.stderr)
     return 0
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from ppo_common import Agent, Episodes, PhaseTimer, anneal, gae, make_env_fns, parse_args, ppo_update, seed_everything
+from ppo_common import (TRAINED, Agent, Episodes, PhaseTimer, anneal, gae, make_env_fns, parse_args, ppo_update,
+                        seed_everything)
 
 from shmvec import ShmVectorEnv
 
@@ -29,6 +30,8 @@ def per_env_advantages(rows: dict[str, np.ndarray], num_envs: int, args) -> tupl
     last_rows = []
     for i in range(num_envs):
         idx = np.flatnonzero(rows["env_id"] == i)  # env i's rows, oldest first
+        if not len(idx):  # not received yet (a straggler in the first rollout)
+            continue
         now, nxt = idx[:-1], idx[1:]  # a transition: a row and the env's next row (its outcome)
         advantages[now] = gae(rows["rewards"][nxt], rows["values"][now], rows["values"][nxt],
                               rows["terminated"][nxt], rows["ended"][nxt], args.gamma, args.gae_lambda)
@@ -66,7 +69,7 @@ def main() -> None:
                 rows[key] = rows[key].astype(np.float32)
             rows["advantages"], trainable, last_rows = per_env_advantages(rows, args.num_envs, args)
             carried = {k: rows[k][last_rows] for k in FIELDS}
-            ppo_update(agent, optimizer, {k: rows[k][trainable] for k in ("obs", "actions", "logprobs", "values", "advantages")}, args)
+            ppo_update(agent, optimizer, {k: rows[k][trainable] for k in TRAINED}, args)
         if iteration % 10 == 9 or iteration == args.num_iterations - 1:
             episodes.report((iteration + 1) * args.rollout_size)
     envs.close()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from ppo_common import Agent, Episodes, PhaseTimer, anneal, gae, make_env_fns, parse_args, ppo_update, seed_everything
+from ppo_common import (TRAINED, Agent, Episodes, PhaseTimer, anneal, gae, make_env_fns, parse_args, ppo_update,
+                        seed_everything)
 
 from shmvec import ShmVectorEnv
 
@@ -45,7 +46,7 @@ def main() -> None:
             data["advantages"] = gae(f32["rewards"], data["values"], next_values, f32["terminated"], f32["ended"],
                                      args.gamma, args.gae_lambda)
             valid = data.pop("valid")
-            ppo_update(agent, optimizer, {k: data[k][valid] for k in ("obs", "actions", "logprobs", "values", "advantages")}, args)
+            ppo_update(agent, optimizer, {k: data[k][valid] for k in TRAINED}, args)
         if iteration % 10 == 9 or iteration == args.num_iterations - 1:
             episodes.report((iteration + 1) * args.rollout_size)
     envs.close()

@@ -73,9 +73,16 @@ class AsyncSchedule:
     # -- reset -----------------------------------------------------------------------
 
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> None:
-        """Start ``env_i.reset(**kwargs[i])``; the envs come back through :meth:`recv`."""
-        self.pool.requests.send(Reset(kwargs))
-        self._resetting = sorted(kwargs)
+        """Start ``env_i.reset(**kwargs[i])``; the envs come back through :meth:`recv`.
+
+        The envs must be held by the caller; others may have sends in flight meanwhile.
+        """
+        ids = np.array(sorted(kwargs), dtype=np.int64)
+        self.check_can_send(ids)
+        self._finish_reset()  # one async reset at a time
+        self.pool.requests.send(Reset(kwargs), beside_sends=True)
+        self.state[ids] = IN_FLIGHT
+        self._resetting = ids.tolist()
 
     def _finish_reset(self, timeout: float | None = None) -> None:
         if self._resetting:

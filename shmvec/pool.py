@@ -188,14 +188,17 @@ class ShmPool:
 
     # -- the synchronous step ------------------------------------------------------
 
-    def ensure_can_step(self) -> None:
-        """Raise at once if a step cannot start now (closed, broken, or a call pending)."""
+    def ensure_can_step(self, beside_sends: bool = False) -> None:
+        """Raise at once if a step cannot start now (closed, broken, or a call pending).
+
+        ``beside_sends``: async sends in flight do not stop it (an async reset of other envs).
+        """
         self.check_usable()
         if self.pending == "step":
             raise AlreadyPendingError("step_async() called while a step is already pending; call step_wait() first", "step")
         if self.pending == "request":
             raise AlreadyPendingError("a call is pending; wait for it before stepping", "request")
-        if self.batches.busy:
+        if self.batches.busy and not beside_sends:
             raise AlreadyPendingError("envs have sends in flight or results not received: recv() them first", "send")
 
     def step_async(self, pickled_actions: dict[tuple, Sequence[Any]] | None = None) -> None:

@@ -30,16 +30,17 @@ class Requests:
         self._links: list[WorkerLink] = []  # the workers the pending request went to
         self._main_part: Reset | RunOps | None = None
 
-    def send(self, request: Reset | RunOps) -> None:
+    def send(self, request: Reset | RunOps, beside_sends: bool = False) -> None:
         """Send a rare request (keyed by env index) to the workers of the envs it names.
 
         The main shard's part runs in :meth:`wait`, while the workers run theirs.
+        ``beside_sends``: async sends may be in flight (to other envs).
 
         Raises:
             AlreadyPendingError: a step, send or another request is pending.
         """
         pool = self.pool
-        pool.ensure_can_step()
+        pool.ensure_can_step(beside_sends)
         by_env = request.kwargs if isinstance(request, Reset) else request.ops
         parts = {k: type(request)(part) for k, part in self._split(by_env).items()}
         self._main_part = parts.pop(pool.n_workers, None)

@@ -39,6 +39,10 @@ class AsyncBatches:
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Start resetting every env (env ``i`` gets ``seed + i``); :meth:`recv` returns them.
 
+        ``options["reset_mask"]`` (a bool array over the envs) resets only those envs, which
+        must not have a send pending (e.g. the envs of a batch that ended, in ``DISABLED``
+        mode); the others keep running.
+
         Example:
             >>> import gymnasium as gym
             >>> from shmvec import ShmVectorEnv
@@ -53,9 +57,12 @@ class AsyncBatches:
         """
         self._check_open()
         seeds = self._seeds(seed)
-        self._pool.batches.reset({i: {"seed": seeds[i], "options": options} for i in range(self.num_envs)})
-        self._needs_reset[:] = False
-        self._last_env_ids = None
+        targets = list(range(self.num_envs))
+        if options is not None and "reset_mask" in options:  # only those envs, as reset() does
+            options = dict(options)
+            targets = np.flatnonzero(self._check_reset_mask(options.pop("reset_mask"))).tolist()
+        self._pool.batches.reset({i: {"seed": seeds[i], "options": options} for i in targets})
+        self._needs_reset[targets] = False
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Step the envs ``env_ids`` (default: those of the last :meth:`recv`) with ``actions``, one per env.

@@ -196,9 +196,9 @@ def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[st
         if seq == seen:
             continue  # a stale wake-up: a SEND whose envs an earlier wake-up already stepped
         seen = seq
+        sends.run(row)  # sends come first, whatever the command: a reset of other envs may follow them
         command = row[lay.CTRL_COMMAND]
         if command == _COMMAND_SEND:
-            sends.run(row)
             continue
         payload: Any = None
         try:

@@ -108,6 +108,58 @@ def test_small_batches_give_each_env_its_own_trajectory(mode, main_shard, closin
             assert_same(got[i][t], want[i][t], f"env {i} step {t}")
 
 
+def test_disabled_mode_resets_ended_envs_of_a_batch_while_the_others_run(closing):
+    """DISABLED: ended envs are reset with async_reset(reset_mask) and come back through recv."""
+    n_envs, batch, steps = 6, 2, 60
+    fn = FACTORIES["MixedDict"]
+    mode = AutoresetMode.DISABLED
+    shm = closing(ShmVectorEnv([fn] * n_envs, 2, autoreset_mode=mode, batch_size=batch, start_method="fork"))
+    ref = closing(SyncVectorEnv([fn] * n_envs, autoreset_mode=mode))
+    space = ref.single_action_space
+    want: dict[int, list] = {i: [] for i in range(n_envs)}
+    ref.reset(seed=5)
+    for t in range(steps):
+        obs, rewards, terms, truncs, _ = ref.step(np.stack([policy(i, t, space) for i in range(n_envs)]))
+        for i in range(n_envs):
+            want[i].append(("step", obs["position"][i].copy(), rewards[i], terms[i], truncs[i]))
+        ended = terms | truncs
+        if ended.any():
+            obs, _ = ref.reset(options={"reset_mask": ended})
+            for i in np.flatnonzero(ended):
+                want[i].append(("reset", obs["position"][i].copy()))
+    got: dict[int, list] = {i: [] for i in range(n_envs)}
+    steps_done = np.zeros(n_envs, int)
+    resetting = set(range(n_envs))  # their next result is a reset
+    shm.async_reset(seed=5)
+    for _ in range(4 * n_envs * steps // batch):
+        if steps_done.min() >= steps:
+            break
+        obs, rewards, terms, truncs, infos = shm.recv()
+        ids = infos["env_id"]
+        for row, i in enumerate(ids.tolist()):
+            if i in resetting:
+                resetting.discard(i)
+                if steps_done[i]:  # not the first reset: the reference records it too
+                    got[i].append(("reset", obs["position"][row].copy()))
+            else:
+                got[i].append(("step", obs["position"][row].copy(), rewards[row], terms[row], truncs[row]))
+                steps_done[i] += 1
+        ended = terms | truncs
+        if ended.any():
+            mask = np.zeros(n_envs, bool)
+            mask[ids[ended]] = True
+            shm.async_reset(options={"reset_mask": mask})
+            resetting.update(ids[ended].tolist())
+        go = ~ended
+        if go.any():
+            shm.send(np.stack([policy(i, int(steps_done[i]), space) for i in ids[go].tolist()]), ids[go])
+    assert sum(entry[0] == "reset" for entries in want.values() for entry in entries) > 0
+    for i in range(n_envs):
+        n = min(len(got[i]), len(want[i]))
+        assert n >= steps, f"env {i} starved: {len(got[i])} results"
+        assert_same(got[i][:n], want[i][:n], f"env {i}")
+
+
 class Paced(gym.Env):
     """Steps take ``delay`` seconds; env ``slow_env`` takes 20x longer."""
 
