@@ -20,19 +20,23 @@ Synchronous step (nothing pickled unless an env returned an info or ended)::
       (spin, then block in slices that check        [StepInfo, ...] or an ErrorReport
        every worker is alive), read the rows
 
-Rare calls (reset, get_attr, env_method, render, ...)::
+Rare calls (reset, get_attr, env_method, render, ...; :mod:`shmvec.requests`)::
 
-    request_async: ctrl[k].command = MESSAGE,
+    requests.send: ctrl[k].command = MESSAGE,
       post cmd[k], pipe: Reset | RunOps ─────────▶ run it on the named envs
-    request_wait: wait done[k], recv ◀──────────── status REPLY | ERROR; pipe: {env: result}
+    requests.wait: wait done[k], recv ◀────────── status REPLY | ERROR; pipe: {env: result}
 
-Async batches (``send``/``recv``, :mod:`shmvec.batches`)::
+Every command carries a sequence number (``ctrl[k].seq``): a wake-up with no new one is
+stale and ignored, and a worker runs the sends in its inbox before any other command.
 
-    send(env_ids): write their action rows;
+Async batches (``send``/``recv``, :mod:`shmvec.batches`; an async reset is a rare call
+whose envs :meth:`recv` then returns)::
+
+    batches.send(env_ids): write their action rows;
       inbox[k] += ids, ctrl[k].command = SEND,
       post cmd[k] ───────────────────────────────▶ for each new id, in order: step that env,
                                                     write its rows (pipe: its info or error),
-    recv(M): take the ids in the outboxes,          outbox[k] += id, ctrl[k].ready += 1,
+    batches.recv(M): take the ids in the outboxes,  outbox[k] += id, ctrl[k].ready += 1,
       oldest first, until M are queued ◀─────────── post ready (one signal for all workers)
       (else wait on ready, watching liveness)
 
@@ -190,9 +194,7 @@ class ShmPool:
 
     def ensure_can_step(self, beside_sends: bool = False) -> None:
         """Raise at once if a step cannot start now (closed, broken, or a call pending).
-
-        ``beside_sends``: async sends in flight do not stop it (an async reset of other envs).
-        """
+        ``beside_sends``: async sends in flight do not stop it (an async reset of other envs)."""
         self.check_usable()
         if self.pending == "step":
             raise AlreadyPendingError("step_async() called while a step is already pending; call step_wait() first", "step")
