@@ -38,7 +38,6 @@ def run_unguarded(start_method: str | None, tmp_path) -> subprocess.CompletedPro
     )
 
 
-
 @pytest.mark.parametrize("start_method", [None, "forkserver", "spawn"], ids=["default", "forkserver", "spawn"])
 def test_a_script_without_the_main_guard_gets_one_clear_error(start_method, tmp_path):
     result = run_unguarded(start_method, tmp_path)
@@ -48,6 +47,7 @@ def test_a_script_without_the_main_guard_gets_one_clear_error(start_method, tmp_
     assert 'if __name__ == "__main__":' in result.stderr, report
     assert 'start_method="fork"' in result.stderr, report
     assert result.stderr.count("Traceback") == 1, report  # the main process's only: no worker tracebacks
+    assert "MainModuleError" in result.stderr, report
 
 
 def test_a_script_without_the_main_guard_works_under_fork(tmp_path):
