@@ -1,6 +1,6 @@
 """Async batches (``send``/``recv``) against synchronous steps, measured side by side.
 
-Three comparisons (issue 9), each a ratio of medians of round-robin samples in one run:
+Three comparisons, each a ratio of medians of round-robin samples in one run:
 
 - **stragglers**: 8 CPU-bound envs on 2 workers, one ~20x slower per step than the
   others; env steps/s with ``batch_size=4`` vs ``batch_size=8`` (= a synchronous step),
@@ -248,7 +248,7 @@ def ppo(total_timesteps: int = 50_000, repeats: int = 3, num_envs: int = 16, bat
 
 # -- the report section ----------------------------------------------------------------
 
-HEADING = "## Async batches (issue 9): send/recv vs synchronous steps"
+HEADING = "## Async batches: send/recv vs synchronous steps"
 PPO_CONFIGS = [  # (env id, n_workers, why this configuration)
     ("CartPole-v1", 2, "the examples' defaults"),
     ("Acrobot-v1", 1, "cores - 1 workers: the policy gets a core of its own"),

@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             checks, target_results = run_targets(timing=replace(TARGET_TIMING, **({"repeats": args.repeats} if args.repeats else {})),
                                                  on_sample=lambda _: bar.update(), cells_and_checks=(cells, checks))
         dump["targets"] = [r.to_dict() for r in target_results]
-        doc += ["## Targets (issue 5), each measured side by side in one run", md.targets_table(checks)]
+        doc += ["## Targets, each measured side by side in one run", md.targets_table(checks)]
         print("\n".join(c.line() for c in checks))
 
     if "async" in args.sections:
