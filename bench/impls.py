@@ -11,6 +11,8 @@ name           what                                    processes
 ``shm_gym``    ``shmvec.ShmVectorEnv``                 K workers
 ``shm_sb3_main`` ``ShmPoolVecEnv(main_shard=True)``    main + K-1 workers
 ``shm_gym_main`` ``ShmVectorEnv(main_shard=True)``     main + K-1 workers
+``shm_sb3_auto`` ``ShmPoolVecEnv(env_fns)`` (default)  chosen at start-up
+``shm_gym_auto`` ``ShmVectorEnv(env_fns)`` (default)   chosen at start-up
 ``dummy``      SB3 ``DummyVecEnv``                     none (in-process)
 ``subproc``    SB3 ``SubprocVecEnv``                   one per env
 ``sync``       Gymnasium ``SyncVectorEnv``             none (in-process)
@@ -102,6 +104,18 @@ def _shm_gym_main(env_fns, k):
     return None if env_fns is None else ShmVectorEnv(env_fns, n_workers=(k or 1) - 1, main_shard=True)
 
 
+def _shm_sb3_auto(env_fns, k):
+    from shmvec import ShmPoolVecEnv
+
+    return None if env_fns is None else ShmPoolVecEnv(env_fns)  # n_workers=None: the automatic choice
+
+
+def _shm_gym_auto(env_fns, k):
+    from shmvec import ShmVectorEnv
+
+    return None if env_fns is None else ShmVectorEnv(env_fns)
+
+
 def _dummy(env_fns, k):
     from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -133,6 +147,8 @@ IMPLS: dict[str, Impl] = {
         Impl("shm_gym", "shmvec ShmVectorEnv", "gym", True, False, "shared memory", _shm_gym),
         Impl("shm_sb3_main", "shmvec ShmPoolVecEnv main_shard", "sb3", True, False, "shared memory", _shm_sb3_main),
         Impl("shm_gym_main", "shmvec ShmVectorEnv main_shard", "gym", True, False, "shared memory", _shm_gym_main),
+        Impl("shm_sb3_auto", "shmvec ShmPoolVecEnv default", "sb3", False, False, "shared memory", _shm_sb3_auto),
+        Impl("shm_gym_auto", "shmvec ShmVectorEnv default", "gym", False, False, "shared memory", _shm_gym_auto),
         Impl("dummy", "SB3 DummyVecEnv", "sb3", False, False, "in-process copy", _dummy),
         Impl("subproc", "SB3 SubprocVecEnv", "sb3", False, True, "pickled over pipes", _subproc),
         Impl("sync", "Gymnasium SyncVectorEnv", "gym", False, False, "in-process copy", _sync),

@@ -7,13 +7,15 @@ Usage (from the repository root)::
     python bench/report.py --grid custom --envs CartPole-v1,synth:1ms:4 --n 8,64 --k 1,2
     python bench/report.py --targets             # only the issue's target ratios, PASS/FAIL
     python bench/report.py --sections async --out docs/bench   # async batches: appended to report.md
+    python bench/report.py --sections ray --out docs/bench     # backend="ray": appended to report.md
 
 Sections (``--sections``): ``grid`` (throughput per implementation/env/N/K, speed-up over
 DummyVecEnv, plots), ``overhead`` (zero-cost env: per-step overhead, fitted
 ``a + b*N``, and the overhead model checked against the grid), ``memory`` (peak
 PSS/USS/RSS of the process tree with 84x84x4 uint8 observations), ``targets``, ``async``
-(send/recv vs synchronous steps: stragglers, overlap, the PPO examples). Run alone,
-``async`` replaces its section in an existing ``--out/report.md`` and leaves the rest.
+(send/recv vs synchronous steps: stragglers, overlap, the PPO examples), ``ray``
+(backend="ray" per-step overhead on simulated nodes, break-even model). Run alone,
+``async`` or ``ray`` replaces its section in an existing ``--out/report.md`` and leaves the rest.
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ from bench.impls import CORES, IMPLS, SHMVEC  # noqa: E402
 from bench.measure import SMOKE_TIMING, Plan, Result, Timing, measure_cell, plan_grid, preload_forkserver  # noqa: E402
 from bench.memory import measure_memory_isolated  # noqa: E402
 from bench.overhead import fit_overheads, model_points  # noqa: E402
-from bench.targets import all_targets, plan_targets, run_targets  # noqa: E402
+from bench.targets import AUTO, all_targets, plan_targets, run_targets  # noqa: E402
 from bench.workloads import IMAGE_150US, ZERO_COST, get_workload, raw_step_cost  # noqa: E402
 
-SECTIONS = ("grid", "overhead", "memory", "targets", "async")
+SECTIONS = ("grid", "overhead", "memory", "targets", "async", "ray")
 KS = list(range(1, CORES + 1))
 
 
@@ -123,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     preload_forkserver()
     if args.sections == ["async"]:
         return write_async_section(args, argv)
+    if args.sections == ["ray"]:
+        return write_ray_section(args, argv)
     preset = PRESETS[args.grid]
     timing = replace(
         preset.timing,
@@ -201,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
 
     if "targets" in args.sections:
-        cells, checks = plan_targets(all_targets(), [i for i in SHMVEC if i in args.impls])
+        cells, checks = plan_targets(all_targets(), [i for i in (*SHMVEC, *AUTO) if i in args.impls])
         total = sum(len(c) for c in cells) * TARGET_TIMING.repeats
         with tqdm(total=total, desc="targets", unit="sample", file=sys.stderr) as bar:
             checks, target_results = run_targets(timing=replace(TARGET_TIMING, **({"repeats": args.repeats} if args.repeats else {})),
@@ -259,6 +263,34 @@ def write_async_section(args: argparse.Namespace, argv: list[str] | None) -> int
     Path(report_path).write_text(replace_section(old, text))
     results = json.loads(Path(json_path).read_text()) if os.path.exists(json_path) else {}
     results["async"] = dump
+    with open(json_path, "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    print(text)
+    print(f"wrote {report_path}", file=sys.stderr)
+    return 0
+
+
+def write_ray_section(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """``--sections ray`` alone: replace (or append) that section of ``--out/report.md``; keep the rest."""
+    from bench import ray_overhead as ro
+    from bench.async_batches import replace_section
+
+    os.makedirs(args.out, exist_ok=True)
+    started = time.time()
+    repeats = args.repeats or 3
+    with tqdm(total=len(ro.COSTS) * len(ro.SHAPES), desc="ray", unit="cell", file=sys.stderr) as bar:
+        cells = ro.run(block_time=args.block_time or 0.5, repeats=repeats, on_sample=bar.update)
+    ro.plot(cells, os.path.join(args.out, "ray_overhead.png"))
+    machine = (f"{platform.machine()}, {CORES} cores, Python {platform.python_version()}, "
+               f"load average {os.getloadavg()[0]:.2f} at the end")
+    command = f"python bench/report.py {' '.join(argv if argv is not None else sys.argv[1:])}"
+    text = ro.markdown(cells, machine, command, "ray_overhead.png")
+    text += f"\n\n_Wall time of this section: {time.time() - started:.0f} s._"
+    report_path, json_path = os.path.join(args.out, "report.md"), os.path.join(args.out, "results.json")
+    old = Path(report_path).read_text() if os.path.exists(report_path) else "# shmvec benchmark report\n"
+    Path(report_path).write_text(replace_section(old, text, heading=ro.HEADING))
+    results = json.loads(Path(json_path).read_text()) if os.path.exists(json_path) else {}
+    results["ray"] = ro.section_dict(cells)
     with open(json_path, "w") as f:
         json.dump(results, f, indent=1, default=str)
     print(text)

@@ -27,6 +27,7 @@ class Target:
     baseline: str
     min_ratio: float
     group: str  # which bullet of the issue
+    impls: tuple[str, ...] | None = None  # the shmvec adapters it is about (None: every one given)
 
 
 TARGETS: list[Target] = [
@@ -38,6 +39,15 @@ TARGETS: list[Target] = [
     Target(IMAGE_150US, 16, 2, "subproc", 1.5, "84x84x4 uint8, 150 µs, N=16 K=2"),
     Target("HumanoidStandup-v5", 8, 2, "dummy", 1.8, "heavy envs N=8 K=2"),
     Target("ALE/Breakout-v5", 8, 2, "dummy", 1.8, "heavy envs N=8 K=2"),
+]
+AUTO = ("shm_sb3_auto", "shm_gym_auto")  # the default constructor: n_workers=None
+# Issue 10: the default constructor near the 2-core limit (K is ignored for AUTO: 0 in the tag).
+DEFAULT_TARGETS: list[Target] = [
+    Target("CartPole-v1", 64, 0, "sync", 1.8, "default, CartPole N=64", AUTO),
+    Target("CartPole-v1", 64, 0, "dummy", 1.8, "default, CartPole N=64", ("shm_sb3_auto",)),
+    Target("CartPole-v1", 64, 2, "sync", 1.5, "explicit n_workers=2, CartPole N=64", ("shm_sb3", "shm_gym")),
+    Target("CartPole-v1", 8, 0, "dummy", 1.2, "default, CartPole N=8", ("shm_sb3_auto",)),
+    *[Target("CartPole-v1", n, 0, "dummy", 0.95, "default, CartPole N=2..4", ("shm_sb3_auto",)) for n in (2, 3, 4)],
 ]
 LIGHT_ENVS = ("CartPole-v1", "Acrobot-v1")
 LIGHT_NS = (2, 4, 16, 64, 256)
@@ -53,7 +63,7 @@ def all_targets() -> list[Target]:
         for k in LIGHT_KS
         if k <= n
     ]
-    return TARGETS + light
+    return TARGETS + light + DEFAULT_TARGETS
 
 
 @dataclass
@@ -88,17 +98,21 @@ def plan_targets(targets: Sequence[Target], impls: Sequence[str] = SHMVEC) -> tu
     shm = [name for name in impls if get_impl(name).missing() is None]
     for t in targets:
         why = get_workload(t.workload).missing() or get_impl(t.baseline).missing()
-        for name in shm or list(impls):
+        for name in [name for name in shm or list(impls) if t.impls is None or name in t.impls]:
             check = Check(t, name)
             checks.append(check)
             if why or not shm:
                 check.note = why or get_impl(name).missing() or "no shmvec adapter available"
                 continue
             cell = cells.setdefault((t.workload, t.n), [])
-            for config in (Config(t.workload, name, t.n, t.k), Config(t.workload, t.baseline, t.n)):
+            for config in (_shm_config(t, name), Config(t.workload, t.baseline, t.n)):
                 if config not in cell:
                     cell.append(config)
     return list(cells.values()), checks
+
+
+def _shm_config(t: Target, impl: str) -> Config:
+    return Config(t.workload, impl, t.n, t.k if get_impl(impl).uses_k else None)
 
 
 def run_targets(
@@ -118,7 +132,7 @@ def run_targets(
         if check.note:
             continue
         t = check.target
-        shm = results.get(Config(t.workload, check.impl, t.n, t.k))
+        shm = results.get(_shm_config(t, check.impl))
         base = results.get(Config(t.workload, t.baseline, t.n))
         if shm is None or base is None or not shm.samples or not base.samples:
             check.note = (shm and shm.error) or (base and base.error) or "not measured"

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from shmvec.pool import ShmPool
 
 HELD, IN_FLIGHT, QUEUED = 0, 1, 2
+_count_nonzero = np.count_nonzero
 _COMMAND_SEND = int(Command.SEND)
 
 
@@ -53,7 +54,11 @@ class AsyncSchedule:
     @property
     def busy(self) -> bool:
         """Whether any env is in flight or queued (the synchronous calls must wait)."""
-        return bool(self.fifo) or bool((self.state == IN_FLIGHT).any())
+        if self.fifo:
+            return True
+        if not _count_nonzero(self.state):  # the synchronous steps' case: every env held; ~0.2 µs, not ~2
+            return False
+        return bool((self.state == IN_FLIGHT).any())
 
     def queue_all(self, env_ids: list[int]) -> None:
         """After an async reset: these envs' results are in their rows, ready to be received.

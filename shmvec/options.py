@@ -21,10 +21,15 @@ class PoolOptions:
     """How a pool runs its envs. Every adapter accepts these as keyword arguments.
 
     Args:
-        n_workers: worker processes; default ``min(num_envs, os.cpu_count())``, one less
-            with ``main_shard``. Envs are split into contiguous shards whose sizes differ
-            by at most one; ``n_workers=num_envs`` gives one env per process (isolation
-            for native libraries that allow one instance per process).
+        n_workers: worker processes. ``None`` (default): chosen at start-up from the
+            usable cores and the env's step cost, timed on one extra env built in the
+            main process from ``env_fns[0]`` (see :mod:`shmvec.autoconfig`): all envs
+            in-process, the main process plus workers, or workers only. The choice is
+            logged (logger ``"shmvec"``) and shown by ``repr()``. An int gives exactly
+            that many worker processes. Envs are split into contiguous shards whose
+            sizes differ by at most one. Isolation (one env per process, none in the
+            main process, for native libraries that allow one instance per process) is
+            guaranteed only by ``n_workers=num_envs`` with ``main_shard`` unset.
         start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default forkserver where
             available (as SB3). Non-fork methods re-import the main script in every worker:
             it needs the ``if __name__ == "__main__":`` guard.
@@ -38,6 +43,8 @@ class PoolOptions:
         main_shard: the main process steps one more shard itself (the last one) while the
             workers step theirs. Fastest for light envs, as no wake-up sits on the critical
             path, but those envs share the main process: a crash there is not isolated.
+            ``None`` (default): chosen with ``n_workers=None``, no main shard with an
+            explicit ``n_workers``.
         on_worker_failure: ``"raise"`` (default): a worker process that dies (exit, signal)
             raises :class:`~shmvec.errors.WorkerDiedError` and the pool is unusable.
             ``"restart"``: during a step, the worker is re-created from its envs' env_fns
@@ -47,6 +54,15 @@ class PoolOptions:
             other calls (reset, get_attr, ...) still raise.
         max_restarts: restarts allowed over the pool's life with ``"restart"``; one more
             death raises ``WorkerDiedError`` saying the budget is used up.
+        backend: ``"local"`` (default): the workers run on this machine. ``"ray"``: the
+            envs are split into contiguous shards, one per Ray node; on each node one Ray
+            actor runs a local pool of ``n_workers`` processes (and reserves ``n_workers``
+            CPUs, 1 if unset). Needs ``pip install 'shmvec[ray]'`` and a Ray cluster
+            (``ray.init(...)`` first, else shmvec connects with ``address="auto"``). A
+            node actor that dies raises ``WorkerDiedError`` naming the node, or in
+            ``"restart"`` mode is re-created by Ray (its envs report a truncation).
+        n_nodes: ``backend="ray"`` only: how many nodes (one actor on each, on distinct
+            nodes); ``None`` uses every alive node with enough CPUs.
     """
 
     n_workers: int | None = None
@@ -54,9 +70,11 @@ class PoolOptions:
     timeout: float | None = None
     worker_threads: int | None = 1
     max_spin: float = DEFAULT_SPIN
-    main_shard: bool = False
+    main_shard: bool | None = None
     on_worker_failure: Literal["raise", "restart"] = "raise"
     max_restarts: int = 3
+    backend: Literal["local", "ray"] = "local"
+    n_nodes: int | None = None
 
     def __post_init__(self) -> None:
         if self.start_method is None:  # only None means "the default": "" is a typo, as for mp.get_context
@@ -72,7 +90,14 @@ class PoolOptions:
             raise ValueError(f'on_worker_failure must be "raise" or "restart", got {self.on_worker_failure!r}')
         if not _is_int(self.max_restarts, lowest=0):
             raise ValueError(f"max_restarts must be an int >= 0, got {self.max_restarts!r}")
-        object.__setattr__(self, "main_shard", bool(self.main_shard))
+        if self.main_shard is not None:
+            object.__setattr__(self, "main_shard", bool(self.main_shard))
+        if self.backend not in ("local", "ray"):
+            raise ValueError(f'backend must be "local" or "ray", got {self.backend!r}')
+        if self.n_nodes is not None and not _is_int(self.n_nodes, lowest=1):
+            raise ValueError(f"n_nodes must be an int >= 1 or None, got {self.n_nodes!r}")
+        if self.backend == "local" and self.n_nodes is not None:
+            raise ValueError(f'n_nodes={self.n_nodes!r} places envs on Ray nodes: pass backend="ray" too')
 
     @classmethod
     def from_kwargs(cls, owner: str, **kwargs: Any) -> PoolOptions:
@@ -84,10 +109,11 @@ class PoolOptions:
         return cls(**kwargs)
 
     def workers_for(self, num_envs: int) -> int:
-        """The number of worker processes for ``num_envs`` envs (checked)."""
+        """The number of worker processes for ``num_envs`` envs (checked); ``n_workers=None``
+        gives one per usable core here (the pool times the envs and chooses instead)."""
         n_workers = self.n_workers
         if n_workers is None:
-            n_workers = min(num_envs, os.cpu_count() or 1) - self.main_shard
+            n_workers = min(num_envs, len(os.sched_getaffinity(0))) - bool(self.main_shard)
         lowest, highest = (0, num_envs - 1) if self.main_shard else (1, num_envs)
         if not _is_int(n_workers, lowest) or n_workers > highest:
             raise ValueError(

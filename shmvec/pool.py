@@ -61,6 +61,7 @@ from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
 from shmvec import pickled
+from shmvec.autoconfig import describe_plan, plan_pool
 from shmvec.batches import AsyncSchedule
 from shmvec.errors import (
     AlreadyPendingError,
@@ -85,6 +86,7 @@ from shmvec.validation import check_env_fns, check_not_bootstrapping, check_same
 # With a timeout set, start-up gets at least this long: spawned workers import modules first.
 START_TIMEOUT = 30.0
 _COMMAND_STEP = int(Command.STEP)  # a plain int for the hot path (IntEnum access costs ~1 µs)
+_count_nonzero = np.count_nonzero
 
 
 class ShmPool:
@@ -117,8 +119,11 @@ class ShmPool:
         env_fns = check_env_fns(env_fns)
         self.options = options = options or PoolOptions()
         self.num_envs = len(env_fns)
-        self.n_workers = options.workers_for(self.num_envs)
-        self.shards = lay.shard_bounds(self.num_envs, self.n_workers + options.main_shard)
+        if options.n_workers is not None:
+            options.workers_for(self.num_envs)  # an explicit count is checked, then obeyed
+        self.plan = plan_pool(options.n_workers, options.main_shard, options.max_spin, env_fns, env_wrapper)
+        self.n_workers, self.main_shard = self.plan.n_workers, self.plan.main_shard
+        self.shards = lay.shard_bounds(self.num_envs, self.n_workers + self.main_shard)
         self._shard_starts = [start for start, _ in self.shards]
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.timeout = options.timeout
@@ -142,16 +147,16 @@ class ShmPool:
         return self._res.links
 
     def _start(self, env_fns, env_wrapper, obs_space_match) -> None:
-        res, opts = self._res, self.options
+        res, opts, plan = self._res, self.options, self.plan
         ctx = mp_context(opts.start_method)
         for k in range(self.n_workers):
-            res.links.append(WorkerLink(k, *self.shards[k], opts.max_spin))
-            res.links[k].spawn(ctx, env_fns, env_wrapper, opts.max_spin, opts.worker_threads)
-        if opts.main_shard:  # built while the workers build theirs
+            res.links.append(WorkerLink(k, *self.shards[k], plan.main_spin))
+            res.links[k].spawn(ctx, env_fns, env_wrapper, plan.worker_spin, opts.worker_threads)
+        if self.main_shard:  # built while the workers build theirs
             start, stop = self.shards[-1]
             res.main_envs = build_envs(env_fns[start:stop], env_wrapper, start, where="the main process")
         hellos: list[Hello] = [self.message_from(link, self.start_limit) for link in self.links]
-        if opts.main_shard:
+        if self.main_shard:
             hellos.append(describe_envs(-1, res.main_envs))
         spaces = [pair for hello in hellos for pair in hello.spaces]
         check_same_spaces(spaces, obs_space_match)
@@ -177,7 +182,7 @@ class ShmPool:
             link.ctrl = views["ctrl"][link.index]
             link.conn.send_bytes(pickle.dumps(self.attach_message()))
         self.main: Shard | None = None  # the main process's shard, shards[-1], if main_shard
-        if opts.main_shard:
+        if self.main_shard:
             self.main = Shard(res.main_envs, self.shards[-1][0], views, self.layout, self.autoreset_mode, self.single_action_space)
         self.requests = Requests(self)
         self.batches = AsyncSchedule(self)
@@ -243,8 +248,9 @@ class ShmPool:
             main_infos = copy.deepcopy(main_infos)
         records = self.pickled.keep_obs([info for reply in replies for info in reply] + main_infos)
         if self._final_flag is not None:
-            ended = np.flatnonzero(self._final_flag & (self.terminated | self.truncated))
-            records = with_shm_finals(records, self._final_obs, ended)
+            done = self.terminated | self.truncated
+            if _count_nonzero(done):  # ~0.3 µs when no episode ended, instead of ~1.9 for flatnonzero
+                records = with_shm_finals(records, self._final_obs, (self._final_flag & done).nonzero()[0])
         return records
 
     # -- rare calls ----------------------------------------------------------------
@@ -389,6 +395,9 @@ class ShmPool:
         self.closed = True
         self._res.shutdown()  # idempotent, and resumes a close() that Ctrl-C interrupted
         self._finalizer.detach()
+
+    def __repr__(self) -> str:
+        return f"ShmPool(num_envs={self.num_envs}, {describe_plan(self.plan)})"
 
     def __enter__(self) -> ShmPool:
         return self

@@ -81,7 +81,7 @@ class Restarter:
         link.ctrl[:] = 0
         opts = pool.options
         try:
-            link.spawn(mp_context(opts.start_method), *self._spawn_args, opts.max_spin, opts.worker_threads)
+            link.spawn(mp_context(opts.start_method), *self._spawn_args, pool.plan.worker_spin, opts.worker_threads)
             hello = pool.message_from(link, pool.start_limit)
             if isinstance(hello, ErrorReport):  # an env_fn raised
                 raise remote_error(hello)

@@ -13,8 +13,9 @@ from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
 from shmvec import ops
+from shmvec.autoconfig import pool_description
 from shmvec.options import PoolOptions, options_doc
-from shmvec.pool import ShmPool
+from shmvec.backends import make_pool
 from shmvec.validation import checked_column, split_actions
 
 try:
@@ -80,7 +81,7 @@ class ShmPoolVecEnv(VecEnv):
         options = PoolOptions.from_kwargs(
             type(self).__name__, n_workers=n_workers, start_method=start_method, **pool_options
         )
-        self._pool = ShmPool(env_fns, options, autoreset_mode=AutoresetMode.SAME_STEP, env_wrapper=ops.patch_legacy_env)
+        self._pool = make_pool(env_fns, options, autoreset_mode=AutoresetMode.SAME_STEP, env_wrapper=ops.patch_legacy_env)
         try:
             observation_space = self._pool.single_observation_space
             lay.require_fixed_size(observation_space, "observation", "ShmPoolVecEnv")  # SB3 needs arrays
@@ -97,6 +98,7 @@ class ShmPoolVecEnv(VecEnv):
         except BaseException:
             self._pool.close()
             raise
+        self._env_range = range(self.num_envs)
         self.metadata = self._pool.env_metadata  # as DummyVecEnv
         self.n_workers = self._pool.n_workers
 
@@ -134,7 +136,8 @@ class ShmPoolVecEnv(VecEnv):
         sent = pool.step_wait()
         terminated, truncated = pool.terminated, pool.truncated
         dones = terminated | truncated
-        infos: list[dict[str, Any]] = [None] * self.num_envs  # type: ignore[list-item]
+        # N fresh dicts, as DummyVecEnv returns (callers and wrappers add keys to them).
+        infos: list[dict[str, Any]] = [{"TimeLimit.truncated": False} for _ in self._env_range]
         for record in sent:
             i = record.env_index
             if record.final_info is not None:  # the episode ended and the env auto-reset
@@ -149,9 +152,6 @@ class ShmPoolVecEnv(VecEnv):
                 info = record.info
                 info["TimeLimit.truncated"] = False
             infos[i] = info
-        for i, info in enumerate(infos):
-            if info is None:
-                infos[i] = {"TimeLimit.truncated": False}
         return self._obs_copy(), pool.rewards.astype(np.float32), dones, infos
 
     def reset(self) -> VecEnvObs:
@@ -234,6 +234,10 @@ class ShmPoolVecEnv(VecEnv):
     @property
     def closed(self) -> bool:
         return self._pool.closed
+
+    def __repr__(self) -> str:
+        """``ShmPoolVecEnv(num_envs=N, n_workers=K, main_shard=..., why='...')``: how the envs run."""
+        return f"{type(self).__name__}(num_envs={self.num_envs}, {pool_description(self._pool)})"
 
     def __enter__(self) -> ShmPoolVecEnv:
         return self

@@ -50,6 +50,7 @@ class Shard:
         self._obs_leaves = [(arena_views[lay.obs_field(leaf.path)], leaf.path) for leaf in layout.obs_leaves]
         self._action_leaves = [(arena_views[lay.action_field(leaf.path)], leaf.path) for leaf in layout.action_leaves]
         self._flat_obs = self._obs_leaves[0][0] if self._obs_leaves and self._obs_leaves[0][1] == () else None
+        self._flat_actions = self._action_leaves[0][0] if len(self._action_leaves) == 1 and self._action_leaves[0][1] == () else None
         self._pickled_obs_paths = tuple(leaf.path for leaf in layout.pickled_obs_leaves)
         # Whether a PickledActions message follows each STEP command on the pipe.
         self.pickled_actions = bool(layout.pickled_action_leaves)
@@ -78,8 +79,8 @@ class Shard:
         ``pickled`` holds the actions of the pickled action leaves for this shard's envs.
         """
         s, e = self.start, self.stop
-        if pickled is None and len(self._action_leaves) == 1 and self._action_leaves[0][1] == ():
-            return list(self._action_leaves[0][0][s:e].copy())
+        if pickled is None and self._flat_actions is not None:
+            return list(self._flat_actions[s:e].copy())
         columns = {path: view[s:e].copy() for view, path in self._action_leaves}
         if pickled is not None:
             columns.update(pickled.columns)
@@ -97,15 +98,85 @@ class Shard:
 
     def step(self, actions: list[Any]) -> list[StepInfo]:
         """Step every env of the shard in place; return the infos worth sending."""
+        if not self._pickled_obs_paths:
+            return self._step_batch(actions)
         infos: list[StepInfo] = []
         step_env = self.step_env
         for j in range(len(self.envs)):
             record = step_env(j, actions[j])
             if record is not None:
                 infos.append(record)
-        if self._pickled_obs_paths:
-            return self._with_pickled_obs(infos)
+        return self._with_pickled_obs(infos)
+
+    def _step_batch(self, actions: list[Any]) -> list[StepInfo]:
+        """:meth:`step_env` for every env, with one write per field for the whole shard.
+
+        The rows are written after the loop (also when an env raises, for the envs before
+        it): per-env writes and lookups cost ~0.55 µs per env, this loop ~0.25 (measured,
+        zero-cost env; CartPole's step is ~7 µs).
+        """
+        envs, start, autoreset = self.envs, self.start, self.autoreset
+        next_step, flat = self._next_step, self._flat_obs
+        n = len(envs)
+        rewards, terms, truncs, rows = [0.0] * n, [False] * n, [False] * n, [None] * n
+        infos: list[StepInfo] = []
+        j = 0
+        try:
+            for j in range(n):
+                env = envs[j]
+                if next_step and autoreset[j]:
+                    obs, info = env.reset()
+                    autoreset[j] = False
+                    if info:
+                        infos.append(StepInfo(start + j, info))
+                else:
+                    obs, rewards[j], term, trunc, info = env.step(actions[j])
+                    terms[j], truncs[j] = term, trunc
+                    if term or trunc:
+                        obs, record = self._episode_end(j, obs, info)
+                        if record is not None:
+                            infos.append(record)
+                    elif info:
+                        infos.append(StepInfo(start + j, info))
+                if flat is None:
+                    self._write_obs(start + j, obs)
+                else:
+                    rows[j] = obs
+            j = n
+        except Exception as exc:  # zero-cost until raised (3.11)
+            self._write_rows(j, rewards, terms, truncs, rows)
+            raise EnvFailed(start + j) from exc
+        self._write_rows(n, rewards, terms, truncs, rows)
         return infos
+
+    def _episode_end(self, j: int, obs: Any, info: dict) -> tuple[Any, StepInfo | None]:
+        """Env ``start + j`` ended its episode: auto-reset it as the mode says; (its observation, record)."""
+        i = self.start + j
+        if not self._same_step:
+            self.autoreset[j] = self._next_step
+            return obs, (StepInfo(i, info) if info else None)
+        final_obs, final_info = obs, info
+        obs, info = self.envs[j].reset()
+        final_view, final_flag = self._final_obs, self._final_flag
+        if final_view is not None and _fits(final_obs, final_view) and not final_info and not info:
+            final_view[i] = final_obs  # the common case: nothing to pickle
+            final_flag[i] = True
+            return obs, None
+        if final_flag is not None:
+            final_flag[i] = False
+        return obs, StepInfo(i, info, final_obs, final_info)
+
+    def _write_rows(self, count: int, rewards: list, terms: list, truncs: list, rows: list) -> None:
+        """Write the first ``count`` envs' results, one slice per field."""
+        s, e = self.start, self.start + count
+        for view, values in ((self.reward, rewards), (self.terminated, terms), (self.truncated, truncs), (self._flat_obs, rows)):
+            if view is None:  # observations that are not one flat array were written as they came
+                continue
+            try:
+                view[s:e] = values if count == len(values) else values[:count]
+            except (ValueError, TypeError):  # values numpy cannot stack (e.g. (1, 4) observations): row by row
+                for k in range(count):
+                    view[s + k] = values[k]
 
     def step_env(self, j: int, action: Any) -> StepInfo | None:
         """Step env ``start + j`` in place (auto-resetting it as the mode says); its record, if worth sending."""

@@ -39,8 +39,9 @@ from shmvec.errors import (
     UnbatchedActionError,
     WorkerDiedError,
 )
+from shmvec.autoconfig import pool_description
 from shmvec.options import PoolOptions, options_doc
-from shmvec.pool import ShmPool
+from shmvec.backends import make_pool
 from shmvec.protocol import Reset, RunOps
 from shmvec.validation import checked_column, seconds
 from shmvec.vector_batches import AsyncBatches, add_record_infos
@@ -156,7 +157,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         options = PoolOptions.from_kwargs(type(self).__name__, n_workers=n_workers, **pool_options)
         self.batch_size = _batch_size(batch_size, len(env_fns) if isinstance(env_fns, Sequence) else None)
         try:
-            self._pool = ShmPool(env_fns, options, autoreset_mode=self.autoreset_mode, obs_space_match=obs_space_match)
+            self._pool = make_pool(env_fns, options, autoreset_mode=self.autoreset_mode, obs_space_match=obs_space_match)
         except SpaceMismatchError as exc:
             if exc.space == "observation" and observation_mode == "different":
                 batch_differing_spaces(exc.spaces)  # AsyncVectorEnv fails here first, if it fails
@@ -607,6 +608,12 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         """Raise AsyncVectorEnv's ``ClosedEnvironmentError`` after ``close()``."""
         if self.closed or self._pool.closed:
             raise ClosedEnvError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
+
+    def __repr__(self) -> str:
+        """Gymnasium's ``ShmVectorEnv(id, num_envs=N)`` plus how the envs run, e.g.
+        ``ShmVectorEnv(num_envs=4, n_workers=2, main_shard=False, why='n_workers=2 given')``."""
+        head = super().__repr__()[:-1]
+        return f"{head}, {pool_description(self._pool)})"
 
     def __enter__(self) -> ShmVectorEnv:
         return self

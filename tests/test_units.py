@@ -628,7 +628,7 @@ def test_pool_options_defaults():
         timeout=None,
         worker_threads=1,
         max_spin=200e-6,
-        main_shard=False,
+        main_shard=None,  # chosen with n_workers=None, False with an explicit n_workers
         on_worker_failure="raise",
         max_restarts=3,
     )
@@ -639,6 +639,7 @@ def test_pool_options_defaults():
 def test_pool_options_normalises_main_shard_to_bool():
     assert PoolOptions(main_shard=1).main_shard is True
     assert PoolOptions(main_shard=0).main_shard is False
+    assert PoolOptions().main_shard is None
 
 
 @pytest.mark.parametrize(
@@ -670,8 +671,8 @@ def test_pool_options_refuse_invalid_values(option, value, message):
     "options, num_envs, workers",
     [
         (PoolOptions(), 1, 1),
-        (PoolOptions(), 64, min(64, os.cpu_count())),
-        (PoolOptions(main_shard=True), 64, min(64, os.cpu_count()) - 1),
+        (PoolOptions(), 64, min(64, len(os.sched_getaffinity(0)))),
+        (PoolOptions(main_shard=True), 64, min(64, len(os.sched_getaffinity(0))) - 1),
         (PoolOptions(main_shard=True), 1, 0),  # the main process steps the only env
         (PoolOptions(n_workers=3), 7, 3),
         (PoolOptions(n_workers=7), 7, 7),
@@ -720,7 +721,8 @@ def test_from_kwargs_refuses_an_unknown_keyword_naming_the_owner_and_the_options
         PoolOptions.from_kwargs("ShmPoolVecEnv", n_worker=2)
     assert str(excinfo.value) == (
         "ShmPoolVecEnv() got an unexpected keyword argument 'n_worker'; pool options are ['n_workers', "
-        "'start_method', 'timeout', 'worker_threads', 'max_spin', 'main_shard', 'on_worker_failure', 'max_restarts']"
+        "'start_method', 'timeout', 'worker_threads', 'max_spin', 'main_shard', 'on_worker_failure', 'max_restarts', 'backend', "
+        "'n_nodes']"
     )
 
 

@@ -1,0 +1,239 @@
+"""How a pool runs when nobody said: worker count, main shard and wait policy.
+
+``n_workers=None`` (the default) times the env at start-up (:func:`time_env_step`: one
+extra env built in the main process from ``env_fns[0]``, a few random steps within
+~50 ms, closed again) and picks, among
+
+- everything in the main process (``n_workers=0, main_shard=True``),
+- the main process plus ``P - 1`` workers (``main_shard=True``),
+- ``P`` workers (the main process only waits),
+
+for ``P`` up to the usable cores, the one the overhead model predicts fastest::
+
+    step time = largest shard * t_env + sync(P) + bookkeeping(N)
+
+(``sync``: 0 in-process, :data:`T_SYNC_SPIN` when every busy process has a core,
+:data:`T_SYNC_BLOCK` when the main process waiting for workers would need one more),
+that is ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env / P + t_overhead)``. Among the
+candidates within :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env
+in the main process (heavy envs then run isolated in workers at no cost).
+
+An explicit ``n_workers=K`` is obeyed as given (``main_shard`` only if asked); only the
+wait policy is chosen. Everything here but :func:`time_env_step` and
+:func:`usable_cores` is pure: :func:`choose` is unit-tested with injected timings and
+is what ``python -m shmvec.tune`` recommends.
+
+Isolation: only ``n_workers=len(env_fns)`` with ``main_shard`` left unset (or False)
+guarantees one env per process and no env in the main process; ``n_workers=None`` may
+step envs in the main process and builds one extra env there to time it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+logger = logging.getLogger("shmvec")
+
+# Calibrated on the 2-core machine (CartPole-v1 and a zero-cost env, round-robin medians):
+T_SYNC_SPIN = 12e-6  # one synchronous round trip when waiter and workers each have a core (spin)
+T_SYNC_BLOCK = 70e-6  # ... when they do not: the main process blocks and pays a wake-up per step
+T_BOOK_FIXED = 10e-6  # the main process's per-step bookkeeping (adapters), any configuration
+T_BOOK_PER_ENV = 0.15e-6  # ... per env (observation copy, infos)
+T_WRITE_PER_ENV = 0.4e-6  # a shard writing one env's rows into shared memory, on top of the step
+ISOLATION_TOLERANCE = 0.05  # give up at most 5 % of predicted speed to keep envs out of the main process
+MAX_WORKER_SPIN = 2e-3  # never spin longer than this for the next command (the caller's policy may run)
+TIMING_BUDGET = 0.05  # seconds spent timing the env at start-up
+TIMING_MAX_STEPS = 400
+TIMING_BATCH = 10  # steps per timed batch; the median batch is kept (a first call or a hiccup is not)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a pool runs: ``n_workers`` processes, maybe a main shard, and how each side waits.
+
+    Attributes:
+        n_workers: worker processes.
+        main_shard: the main process steps the last shard itself.
+        worker_spin: bound (seconds) of a worker's adaptive spin while it waits for a command.
+        main_spin: bound of the main process's adaptive spin while it waits for the workers.
+        reason: why, in a few words (shown by ``repr`` and logged).
+        t_env: the measured seconds per env step, if it was measured.
+    """
+
+    n_workers: int
+    main_shard: bool
+    worker_spin: float
+    main_spin: float
+    reason: str
+    t_env: float | None = None
+
+    def constructor_args(self) -> str:
+        """The keyword arguments that build this plan explicitly, e.g. ``n_workers=1, main_shard=True``."""
+        return f"n_workers={self.n_workers}" + (", main_shard=True" if self.main_shard else "")
+
+
+def describe_plan(plan: Plan) -> str:
+    """``n_workers=1, main_shard=True, why='...'``: what ``repr()`` of a pool and its adapters shows."""
+    return f"n_workers={plan.n_workers}, main_shard={plan.main_shard}, why={plan.reason!r}"
+
+
+def pool_description(pool) -> str:
+    """:func:`describe_plan` of a pool's plan; other backends (no plan) show their worker count."""
+    plan = getattr(pool, "plan", None)
+    return describe_plan(plan) if plan is not None else f"n_workers={getattr(pool, 'n_workers', None)}"
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (affinity), not just the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def shard_sizes(num_envs: int, n_workers: int, main_shard: bool) -> tuple[int, int]:
+    """(largest shard, main shard size) as :func:`shmvec.layout.shard_bounds` splits them."""
+    lanes = n_workers + main_shard
+    largest = math.ceil(num_envs / lanes)
+    main = num_envs // lanes if main_shard else 0  # the main shard is the last, a smaller one if uneven
+    return largest, main
+
+
+def predicted_step_time(num_envs: int, cores: int, t_env: float, n_workers: int, main_shard: bool) -> float:
+    """Seconds per synchronous vector step of this configuration (the overhead model)."""
+    lanes = n_workers + main_shard
+    largest, _ = shard_sizes(num_envs, n_workers, main_shard)
+    per_env = t_env + T_WRITE_PER_ENV
+    stepping = max(largest * per_env, num_envs * per_env / cores)  # more lanes than cores share them
+    if n_workers == 0:
+        sync = 0.0
+    elif n_workers + 1 <= cores or (main_shard and lanes <= cores):
+        sync = T_SYNC_SPIN
+    else:
+        sync = T_SYNC_BLOCK
+    return stepping + sync + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs
+
+
+def candidates(num_envs: int, cores: int, main_shard: bool | None = None) -> list[tuple[int, bool]]:
+    """(n_workers, main_shard) pairs worth considering; ``main_shard`` True/False restricts them."""
+    pairs = []
+    for lanes in range(1, min(num_envs, cores) + 1):
+        if main_shard is not False:
+            pairs.append((lanes - 1, True))
+        if main_shard is not True:
+            pairs.append((lanes, False))
+    return pairs
+
+
+def choose(num_envs: int, cores: int, t_env: float, main_shard: bool | None = None, max_spin: float = 200e-6) -> Plan:
+    """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
+
+    Example:
+        >>> plan = choose(num_envs=64, cores=2, t_env=8e-6)       # CartPole-like: a main shard pays
+        >>> plan.n_workers, plan.main_shard
+        (1, True)
+        >>> plan = choose(num_envs=8, cores=2, t_env=1e-3)        # heavy: workers cost nothing extra
+        >>> plan.n_workers, plan.main_shard
+        (2, False)
+    """
+    timed = [(predicted_step_time(num_envs, cores, t_env, k, main), k, main) for k, main in candidates(num_envs, cores, main_shard)]
+    best = min(t for t, _, _ in timed)
+    near = [(t, k, main) for t, k, main in timed if best / t >= 1.0 - ISOLATION_TOLERANCE]
+    # No env in the main process if that is near the best, then the fastest, then fewest processes.
+    step, k, main = min(near, key=lambda c: (c[2], c[0], c[1]))
+    serial = predicted_step_time(num_envs, cores, t_env, 0, True)
+    reason = f"auto: {t_env * 1e6:.1f} µs/env step, {cores} cores, predicted {serial / step:.2f}x in-process"
+    return _with_waits(num_envs, cores, t_env, k, main, max_spin, reason)
+
+
+def explicit(num_envs: int, cores: int, n_workers: int, main_shard: bool, max_spin: float = 200e-6) -> Plan:
+    """The plan for ``n_workers`` given by the caller: as asked, only the waits are chosen."""
+    reason = f"n_workers={n_workers} given" + (", main_shard=True" if main_shard else "")
+    return _with_waits(num_envs, cores, None, n_workers, main_shard, max_spin, reason)
+
+
+def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason) -> Plan:
+    """Add the wait policy: long spins only while every busy process has a core of its own.
+
+    A worker waits for the main process's own shard and bookkeeping; the main process
+    waits for the largest worker shard. When ``n_workers + 1 <= cores`` (or the main
+    process steps a shard and the lanes fit the cores), spinning through those waits
+    costs nobody a core, so its bound grows to cover them (up to MAX_WORKER_SPIN);
+    otherwise ``max_spin`` bounds it, and the adaptive spin turns it off when waits
+    outgrow it.
+    """
+    worker_spin = main_spin = max_spin
+    lanes = n_workers + main_shard
+    if max_spin > 0 and t_env is not None and (n_workers + 1 <= cores or (main_shard and lanes <= cores)):
+        largest, main_envs = shard_sizes(num_envs, n_workers, main_shard)
+        per_env = t_env + T_WRITE_PER_ENV
+        main_cycle = main_envs * per_env + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs
+        worker_spin = min(MAX_WORKER_SPIN, max(max_spin, 2.0 * main_cycle))
+        main_spin = min(MAX_WORKER_SPIN, max(max_spin, 2.0 * largest * per_env))
+    return Plan(n_workers, main_shard, worker_spin, main_spin, reason, t_env)
+
+
+def time_env_step(env_fn: Callable[[], object], budget: float = TIMING_BUDGET, max_steps: int = TIMING_MAX_STEPS) -> float:
+    """Seconds per ``step()`` of one env built by ``env_fn`` (resets included), within ~``budget``.
+
+    The env is built in this process, reset, stepped with random actions (its action
+    space seeded with 0) in batches of :data:`TIMING_BATCH`, and closed; the median
+    batch is kept, so that one slow call (a first allocation, another process) does not
+    decide.
+    """
+    env = env_fn()
+    try:
+        env.action_space.seed(0)
+        env.reset(seed=0)
+        _step_or_reset(env, env.action_space.sample())  # warm-up: first calls allocate
+        batches: list[float] = []
+        deadline = time.perf_counter() + budget
+        while len(batches) * TIMING_BATCH < max_steps:
+            actions = [env.action_space.sample() for _ in range(TIMING_BATCH)]  # drawn untimed
+            start = time.perf_counter()
+            for action in actions:
+                _step_or_reset(env, action)
+            end = time.perf_counter()
+            batches.append((end - start) / TIMING_BATCH)
+            if end > deadline:
+                break
+        return statistics.median(batches)
+    finally:
+        env.close()
+
+
+def _step_or_reset(env, action) -> None:
+    _, _, terminated, truncated, _ = env.step(action)
+    if terminated or truncated:
+        env.reset()
+
+
+def plan_pool(n_workers: int | None, main_shard: bool | None, max_spin: float, env_fns, env_wrapper=None) -> Plan:
+    """The plan for a pool of ``env_fns``: :func:`explicit` if ``n_workers`` is set, else timed and chosen.
+
+    If timing fails (``env_fns[0]`` raises), the envs run in one worker per core, so that
+    the start-up reports the error from the worker with its traceback.
+    """
+    num_envs, cores = len(env_fns), usable_cores()
+    if n_workers is not None:
+        plan = explicit(num_envs, cores, n_workers, bool(main_shard), max_spin)
+    else:
+        try:
+            t_env = time_env_step(_wrapped(env_fns[0], env_wrapper))
+        except Exception as exc:  # reported again, properly, when a worker builds it
+            k = min(num_envs, cores) - bool(main_shard)
+            plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto: timing env 0 failed ({type(exc).__name__})")
+        else:
+            plan = choose(num_envs, cores, t_env, main_shard, max_spin)
+    logger.info("shmvec pool of %d envs: %s", num_envs, describe_plan(plan))
+    return plan
+
+
+def _wrapped(env_fn, env_wrapper):
+    return env_fn if env_wrapper is None else (lambda: env_wrapper(env_fn()))

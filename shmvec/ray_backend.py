@@ -1,0 +1,772 @@
+"""Shards on Ray nodes: :class:`RayPool`, the engine's interface over one local pool per node.
+
+The envs are split into contiguous shards, one per node. On each node one Ray actor
+(:class:`NodeShard`) runs a local :class:`~shmvec.pool.ShmPool` over its shard, so shared
+memory and semaphores stay on that node. The driver keeps plain numpy arrays with the
+local pool's names and shapes (``obs_leaves``, ``rewards``, ...) and fills them from the
+nodes' answers: the adapters cannot tell the two engines apart. Env indices are global
+on the driver and in every record; a node's pool numbers its envs from 0, and the actor
+translates both ways.
+
+Synchronous step (one Ray call per node per step; numpy through the object store)::
+
+    driver                                        node actor n (envs [s_n, e_n))
+    step_async: actor.step.remote(action rows ──▶ write them into its pool, step it
+                [s_n, e_n)) for every node        (its workers, its shared memory)
+    step_wait: ray.wait(all, timeout) ◀────────── Rows: obs, rewards, flags of [s_n, e_n),
+      write each node's rows                      records (global env indices) | ErrorReport
+
+Rare calls (reset, get_attr, ...) travel the same way (``actor.request``). Async batches
+(``send``/``recv``) are per node: ``send`` makes one call per node that holds some of the
+envs, and ``recv`` takes a node's envs when its call answers (``ray.wait``, first come
+first served), so a batch never waits for a slower node, but one node's envs come back
+together.
+
+A node actor that dies (node lost, OOM kill, ``ray.kill``) raises
+:class:`~shmvec.errors.WorkerDiedError` naming the node and its envs; with
+``on_worker_failure="restart"`` Ray's own actor restart (``max_restarts``) re-creates it,
+its envs are reset and report a truncation, as in the local restart mode.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import operator
+import os
+import re
+import time
+import warnings
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, NoReturn
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+try:
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
+
+from shmvec import layout as lay
+from shmvec.errors import (
+    AlreadyPendingError,
+    ClosedEnvError,
+    NoPendingCallError,
+    RemoteTraceback,
+    ShmVecError,
+    StepStateError,
+    StepTimeoutError,
+    WorkerDiedError,
+)
+from shmvec.failures import CLOSE_HINT, ranges
+from shmvec.options import PoolOptions
+from shmvec.pickled import PickledLeaves
+from shmvec.pool import START_TIMEOUT, ShmPool
+from shmvec.protocol import ErrorReport, Reset, RunOps, StepInfo
+from shmvec.validation import check_env_fns, check_same_spaces
+
+# A node's own pool times out first (it gets the same timeout); the driver waits this much
+# longer for that node to say so, before blaming the node actor itself.
+NODE_GRACE = 10.0
+CLOSE_TIMEOUT = 10.0  # seconds close() gives the node actors to close their pools before killing them
+SWEEP_TIMEOUT = 10.0  # seconds for the clean-up task after a node actor died
+HELD, IN_FLIGHT, QUEUED = 0, 1, 2
+
+
+# -- the node side ----------------------------------------------------------------------
+
+
+class Rows(NamedTuple):
+    """A node's answer: its rows of the arrays (all its envs, or ``ids``), and what else it returned."""
+
+    ids: np.ndarray | None  # global env ids of the rows; None: all of the node's envs, in order
+    obs: dict[tuple, np.ndarray]
+    rewards: np.ndarray | None = None  # None for a reset or an op: only observations changed
+    terminated: np.ndarray | None = None
+    truncated: np.ndarray | None = None
+    pickled_obs: dict[tuple, list] | None = None  # leaves with no fixed size: one value per row
+    records: list[StepInfo] = []
+    replies: dict[int, Any] | None = None  # a request's results by global env index
+
+
+@dataclasses.dataclass
+class NodeInfo:
+    """What a node actor tells the driver once it has built its envs."""
+
+    node_id: str
+    ip: str
+    pid: int  # the actor's process
+    worker_pids: list[int]
+    spaces: list[tuple[gym.Space, gym.Space]]
+    metadata: dict[str, Any]
+    render_mode: str | None
+    spec: Any
+
+
+class NodeShard:
+    """Runs envs ``[start, start + len(env_fns))`` on one node in a local pool (the body of a Ray actor)."""
+
+    def __init__(self, index: int, start: int, env_fns: list, options: PoolOptions, engine_kwargs: dict):
+        self.index, self.start = index, start
+        self.pool: ShmPool | None = None
+        self.failure: ErrorReport | None = None
+        try:
+            self.pool = ShmPool(env_fns, options, **engine_kwargs)
+        except BaseException as exc:  # reported by describe(): a failed actor constructor loses the exception
+            self.failure = self._report(exc)
+
+    def describe(self) -> NodeInfo | ErrorReport:
+        if self.failure is not None:
+            return self.failure
+        pool = self.pool
+        return NodeInfo(
+            ray.get_runtime_context().get_node_id(),
+            ray.util.get_node_ip_address(),
+            os.getpid(),
+            [link.process.pid for link in pool.links],
+            [(pool.single_observation_space, pool.single_action_space)] * pool.num_envs,
+            pool.env_metadata,
+            pool.env_render_mode,
+            pool.env_spec,
+        )
+
+    def step(self, actions: dict[tuple, np.ndarray], pickled_actions: dict | None) -> Rows | ErrorReport:
+        return self._guard(self._step, actions, pickled_actions)
+
+    def send(self, ids: np.ndarray, actions: dict[tuple, np.ndarray]) -> Rows | ErrorReport:
+        return self._guard(self._send, ids, actions)
+
+    def reset_some(self, kwargs: dict[int, dict]) -> Rows | ErrorReport:
+        return self._guard(self._reset_some, kwargs)
+
+    def request(self, request: Reset | RunOps) -> Rows | ErrorReport:
+        return self._guard(self._request, request)
+
+    def reset_all(self) -> Rows | ErrorReport:
+        """After Ray re-created this actor: reset every env (seed None), as a restarted worker does."""
+        return self._guard(self._request, Reset({i: {} for i in range(self.pool.num_envs)}))
+
+    def close(self, terminate: bool) -> None:
+        if self.pool is not None:
+            self.pool.close(terminate=terminate)
+
+    def _step(self, actions: dict, pickled_actions: dict | None) -> Rows:
+        pool = self.pool
+        for path, rows in actions.items():
+            pool.action_leaves[path][...] = rows
+        pool.step_async(pickled_actions)
+        return self._rows(None, pool.step_wait(), step=True)
+
+    def _send(self, ids: np.ndarray, actions: dict) -> Rows:
+        pool = self.pool
+        for path, rows in actions.items():
+            pool.action_leaves[path][ids] = rows
+        pool.batches.send(ids)
+        done, records = pool.batches.recv(len(ids))  # this call's envs only: the actor runs one call at a time
+        return self._rows(done, list(records.values()), step=True)
+
+    def _reset_some(self, kwargs: dict) -> Rows:
+        self.pool.batches.reset(kwargs)
+        done, records = self.pool.batches.recv(len(kwargs))
+        return self._rows(done, list(records.values()), step=True)
+
+    def _request(self, request: Reset | RunOps) -> Rows:
+        if isinstance(request, Reset):
+            infos = self.pool.reset(request.kwargs)
+            ids = np.array(sorted(infos), dtype=np.int64)
+            return self._rows(ids, [])._replace(replies=self._global(infos))
+        return Rows(None, {}, replies=self._global(self.pool.run(request.ops)))
+
+    def _rows(self, ids: np.ndarray | None, records: list[StepInfo], step: bool = False) -> Rows:
+        pool = self.pool
+        where = slice(None) if ids is None else ids
+        rows = range(pool.num_envs) if ids is None else ids.tolist()
+        pickled = {path: [column[i] for i in rows] for path, column in pool.pickled.obs.items()}
+        return Rows(
+            None if ids is None else ids + self.start,
+            {path: leaf[where] for path, leaf in pool.obs_leaves.items()},  # Ray copies them into the object store
+            pool.rewards[where] if step else None,
+            pool.terminated[where] if step else None,
+            pool.truncated[where] if step else None,
+            pickled,
+            [record._replace(env_index=record.env_index + self.start) for record in records],
+        )
+
+    def _global(self, by_env: dict[int, Any]) -> dict[int, Any]:
+        return {i + self.start: value for i, value in by_env.items()}
+
+    def _guard(self, method: Callable, *args: Any) -> Any:
+        """Run ``method``; an exception comes back as an ErrorReport (global env index), never as a Ray error."""
+        if self.failure is not None:
+            return self.failure
+        try:
+            return method(*args)
+        except BaseException as exc:
+            return self._report(exc)
+
+    def _report(self, exc: BaseException) -> ErrorReport:
+        local = getattr(exc, "env_index", None)
+        if isinstance(exc, ShmVecError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+            exc.args = (_global_envs(exc.args[0], self.start),)  # e.g. a timeout or a worker death naming envs
+        # The local pool's note numbers envs from 0 on this node: the driver writes the global one.
+        notes = [note for note in getattr(exc, "__notes__", []) if not note.startswith("shmvec: raised in")]
+        if hasattr(exc, "__notes__"):
+            exc.__notes__ = notes
+        return ErrorReport.capture(self.index, None if local is None else local + self.start, exc)
+
+
+# -- the driver side --------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Node:
+    """One node as the driver sees it: its actor and its envs."""
+
+    index: int
+    start: int
+    stop: int
+    actor: Any = dataclasses.field(repr=False)
+    info: NodeInfo | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        if self.info is None:
+            return f"node {self.index} (envs {self.start}..{self.stop - 1})"
+        return f"node {self.index} ({self.info.ip}, node id {self.info.node_id[:8]}, envs {self.start}..{self.stop - 1})"
+
+
+class NodeResources:
+    """The actors and placement group of one pool, so that a finalizer can release them without the pool."""
+
+    def __init__(self):
+        self.nodes: list[Node] = []
+        self.group: Any = None
+        self.graceful = True  # False: the node pools terminate their workers instead of closing the envs
+        self.stuck = False  # a node actor did not answer in time: its close() call would wait behind it
+
+    def shutdown(self) -> None:
+        """Have every actor close its pool (bounded wait), then kill the actors. Idempotent."""
+        nodes, self.nodes = self.nodes, []
+        if not ray.is_initialized():
+            return  # the driver left Ray: its actors went with it
+        if nodes:
+            closing = [node.actor.close.remote(not self.graceful) for node in nodes]
+            ray.wait(closing, num_returns=len(closing), timeout=1.0 if self.stuck else CLOSE_TIMEOUT)
+        for node in nodes:
+            ray.kill(node.actor)  # its pool is closed: the process has nothing left to release
+        if self.group is not None:
+            remove_placement_group(self.group)
+            self.group = None
+
+
+def _finalize_unclosed(res: NodeResources) -> None:
+    if res.nodes:
+        warnings.warn("a shmvec vector env was not closed; call close() or use it as a context manager", ResourceWarning, stacklevel=2)
+    res.shutdown()
+
+
+class RayPool:
+    """The engine's interface (see :class:`~shmvec.pool.ShmPool`) over one local pool per Ray node.
+
+    Args:
+        env_fns: callables that each build a new env; they are pickled to the nodes.
+        options: :class:`~shmvec.options.PoolOptions` with ``backend="ray"``; ``n_workers``
+            is per node.
+        autoreset_mode, env_wrapper, obs_space_match: as :class:`~shmvec.pool.ShmPool`'s.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        options: PoolOptions,
+        *,
+        autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
+        env_wrapper: Callable[[gym.Env], gym.Env] | None = None,
+        obs_space_match: Callable[[gym.Space, gym.Space], bool] = operator.eq,
+    ):
+        env_fns = check_env_fns(env_fns)
+        self.options = options
+        self.num_envs = len(env_fns)
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self.timeout = options.timeout
+        self.closed = False
+        self.pending: str | None = None
+        self._broken: str | None = None
+        self._step_refs: dict[int, Any] = {}
+        self.restarts = 0
+        _connect()
+        self._res = NodeResources()
+        self._finalizer = weakref.finalize(self, _finalize_unclosed, self._res)
+        atexit.register(self._finalizer)  # runs before Ray's own atexit shutdown (registered earlier)
+        engine_kwargs = {"autoreset_mode": self.autoreset_mode, "env_wrapper": env_wrapper, "obs_space_match": obs_space_match}
+        try:
+            self._start(env_fns, engine_kwargs, obs_space_match)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def nodes(self) -> list[Node]:
+        return self._res.nodes
+
+    def _start(self, env_fns: list, engine_kwargs: dict, obs_space_match: Callable) -> None:
+        opts = self.options
+        cpus = opts.n_workers or 1
+        n_nodes = _node_count(opts.n_nodes, cpus, self.num_envs)
+        bounds = lay.shard_bounds(self.num_envs, n_nodes)
+        if opts.n_workers is not None:
+            opts.workers_for(min(stop - start for start, stop in bounds))  # checked here, not on every node
+        self._res.group = group = placement_group([{"CPU": cpus}] * n_nodes, strategy="STRICT_SPREAD")
+        if not group.wait(START_TIMEOUT):
+            raise RuntimeError(
+                f"Ray could not reserve {cpus} CPU(s) on each of {n_nodes} distinct nodes within {START_TIMEOUT}s "
+                "(other work holds them?); free them or pass a smaller n_nodes / n_workers"
+            )
+        actor_class = ray.remote(NodeShard)
+        local_options = dataclasses.replace(opts, backend="local", n_nodes=None)
+        restarts = opts.max_restarts if opts.on_worker_failure == "restart" else 0
+        for n, (start, stop) in enumerate(bounds):
+            actor = actor_class.options(
+                num_cpus=cpus,
+                max_restarts=restarts,
+                max_task_retries=0,  # a step that died is reported (or restarted), never silently run again
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n),
+            ).remote(n, start, env_fns[start:stop], local_options, engine_kwargs)
+            self._res.nodes.append(Node(n, start, stop, actor))
+        answers = self._collect({node.index: node.actor.describe.remote() for node in self.nodes}, None)
+        for node in self.nodes:
+            node.info = answers[node.index]
+        check_same_spaces([pair for node in self.nodes for pair in node.info.spaces], obs_space_match)
+        self._adopt(self.nodes[0].info, bounds)
+
+    def _adopt(self, info: NodeInfo, bounds: list[tuple[int, int]]) -> None:
+        """The driver's arrays: the same fields, dtypes and shapes as a local pool's arena, in plain memory."""
+        self.single_observation_space, self.single_action_space = info.spaces[0]
+        self.env_metadata, self.env_render_mode, self.env_spec = info.metadata, info.render_mode, info.spec
+        self.n_workers = sum(len(node.info.worker_pids) for node in self.nodes)
+        layout = lay.ArenaLayout.plan(self.single_observation_space, self.single_action_space, self.num_envs, len(bounds), final_obs=False)
+        views = layout.views(bytearray(layout.nbytes))
+        self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
+        self.obs_leaves = {leaf.path: views[lay.obs_field(leaf.path)] for leaf in layout.obs_leaves}
+        self.action_leaves = {leaf.path: views[lay.action_field(leaf.path)] for leaf in layout.action_leaves}
+        self.pickled = PickledLeaves(layout, bounds, self.num_envs)
+        self.requests = RayRequests(self)
+        self.batches = RayBatches(self)
+
+    # -- the synchronous step ------------------------------------------------------------
+
+    def ensure_can_step(self, beside_sends: bool = False) -> None:
+        """Raise at once if a step cannot start now (closed, broken, or a call pending)."""
+        self.check_usable()
+        if self.pending == "step":
+            raise AlreadyPendingError("step_async() called while a step is already pending; call step_wait() first", "step")
+        if self.pending == "request":
+            raise AlreadyPendingError("a call is pending; wait for it before stepping", "request")
+        if self.batches.busy and not beside_sends:
+            raise AlreadyPendingError("envs have sends in flight or results not received: recv() them first", "send")
+
+    def step_async(self, pickled_actions: dict[tuple, Sequence[Any]] | None = None) -> None:
+        """Send each node its rows of :attr:`action_leaves` (and of ``pickled_actions``) and start its step."""
+        self.ensure_can_step()
+        self.pickled.action_blobs(pickled_actions)  # checks them: a bad action sends nothing
+        self._step_refs = {}
+        for node in self.nodes:
+            rows = {path: leaf[node.start : node.stop] for path, leaf in self.action_leaves.items()}
+            part = None
+            if pickled_actions:
+                part = {path: tuple(pickled_actions[path][node.start : node.stop]) for path in self.pickled.action_paths}
+            self._step_refs[node.index] = node.actor.step.remote(rows, part)
+        self.pending = "step"
+
+    def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
+        """Wait for every node's step and write its rows; return the records, in env order."""
+        self.check_usable()
+        if self.pending != "step":
+            raise NoPendingCallError("step_wait() called with no pending step; call step_async() first", "step")
+        self.pending = None
+        answers = self._collect(self._step_refs, timeout, restart=True)
+        records: list[StepInfo] = []
+        for node in self.nodes:
+            records += self.write_rows(node, answers[node.index])
+        return records
+
+    def reset(self, kwargs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        """``env_i.reset(**kwargs[i])`` for each named env; returns their infos."""
+        self.requests.send(Reset(kwargs))
+        return self.requests.wait()
+
+    def run(self, ops: dict[int, Callable[[gym.Env], Any]]) -> dict[int, Any]:
+        """Apply ``ops[i](env_i)`` on the nodes; return ``{i: result}``."""
+        self.requests.send(RunOps(ops))
+        return self.requests.wait()
+
+    def write_rows(self, node: Node, rows: Rows) -> list[StepInfo]:
+        """Copy a node's answer into the driver's arrays; return its records."""
+        where = slice(node.start, node.stop) if rows.ids is None else rows.ids
+        for path, values in rows.obs.items():
+            self.obs_leaves[path][where] = values
+        if rows.rewards is not None:
+            self.rewards[where], self.terminated[where], self.truncated[where] = rows.rewards, rows.terminated, rows.truncated
+        ids = range(node.start, node.stop) if rows.ids is None else rows.ids.tolist()
+        for path, values in (rows.pickled_obs or {}).items():
+            column = self.pickled.obs[path]
+            for i, value in zip(ids, values):
+                column[i] = value
+        return rows.records
+
+    # -- waiting -------------------------------------------------------------------------
+
+    def node_of(self, i: int) -> Node:
+        for node in self.nodes:
+            if node.start <= i < node.stop:
+                return node
+        raise IndexError(f"env index {i} out of range for {self.num_envs} envs")
+
+    def limit(self, timeout: float | None) -> float | None:
+        """How long the driver waits for a node: the timeout, plus time for the node to report its own."""
+        timeout = self.timeout if timeout is None else timeout
+        return None if timeout is None else timeout + NODE_GRACE
+
+    def _collect(self, refs: dict[int, Any], timeout: float | None, restart: bool = False) -> dict[int, Any]:
+        """Each node's answer to its call in ``refs``; raise the first node's error once all answered.
+
+        ``restart`` (steps): a node actor that died is restarted while the budget lasts,
+        its answer then being its envs' truncation.
+        """
+        limit = self.limit(timeout)
+        pending = list(refs.values())
+        if not pending:
+            return {}
+        _, late = ray.wait(pending, num_returns=len(pending), timeout=limit)
+        if late:
+            silent = [i for n, ref in refs.items() if ref in late for i in range(self.nodes[n].start, self.nodes[n].stop)]
+            self._res.graceful, self._res.stuck = False, True
+            self._break(f"envs {ranges(silent)} did not answer within {limit}s (an env step hangs, or a node is stuck?)", StepTimeoutError)
+        answers, error = {}, None
+        for n, ref in refs.items():
+            try:
+                answer = ray.get(ref)
+            except RayActorError as death:
+                if not restart:
+                    self._node_died(self.nodes[n], death)
+                answer = self.restart_node(self.nodes[n], death)
+            if isinstance(answer, ErrorReport):
+                error = error or answer
+            answers[n] = answer
+        if error is not None:
+            self._raise(error)
+        return answers
+
+    def _raise(self, report: ErrorReport) -> NoReturn:
+        """Re-raise a node's exception here, saying where; a node pool that broke breaks this pool too."""
+        node = self.nodes[report.worker]
+        exc = report.rebuild()
+        where = node.name if report.env_index is None else f"env {report.env_index} on {node.name}"
+        exc.add_note(f"shmvec: raised in {where}; the remote traceback is shown above")
+        exc.__cause__ = RemoteTraceback(report.traceback)
+        exc.env_index = report.env_index  # type: ignore[attr-defined]
+        exc.node = node.name  # type: ignore[attr-defined]
+        if isinstance(exc, (WorkerDiedError, StepTimeoutError)):
+            self._broken = f"{node.name}: {report.message}"
+        raise exc
+
+    # -- failures --------------------------------------------------------------------------
+
+    def _node_died(self, node: Node, death: BaseException, why: str = "") -> NoReturn:
+        _sweep(node)
+        text = str(death).strip()
+        cause = text.splitlines()[0] if text else type(death).__name__
+        try:
+            self._break(f"the Ray actor of {node.name} died ({cause}){why}")
+        except WorkerDiedError as exc:
+            if "\n" in text:  # Ray's account (e.g. why the actor could not be created): shown above ours
+                exc.__cause__ = RemoteTraceback(text)
+            raise
+
+    def restart_node(self, node: Node, death: BaseException) -> Rows:
+        """Ray re-creates a dead node actor (``max_restarts``): reset its envs, report them truncated."""
+        limit = self.options.max_restarts
+        if self.options.on_worker_failure != "restart" or self.restarts >= limit:
+            self._node_died(node, death, f"; no restart left (max_restarts={limit} used up)" if limit else "")
+        self.restarts += 1
+        _sweep(node)
+        warnings.warn(
+            f"shmvec: the Ray actor of {node.name} died; Ray restarts it (restart {self.restarts} of max_restarts={limit})",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        try:
+            rows = ray.get(node.actor.reset_all.remote(), timeout=self.limit(None) or None)
+        except (RayActorError, GetTimeoutError) as again:
+            self._node_died(node, again, "; Ray could not restart it")
+        if isinstance(rows, ErrorReport):
+            self._raise(rows)
+        node.info = ray.get(node.actor.describe.remote())  # a new process, maybe on another node
+        ids = np.arange(node.start, node.stop)
+        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        records = [StepInfo(i, rows.replies[i] if same_step else {}, restarted=True) for i in ids.tolist()]
+        return rows._replace(
+            ids=ids,
+            rewards=np.zeros(len(ids)),
+            terminated=np.zeros(len(ids), dtype=bool),
+            truncated=np.ones(len(ids), dtype=bool),
+            records=records,
+        )
+
+    def _break(self, reason: str, error: type[BaseException] = WorkerDiedError) -> NoReturn:
+        self._broken = reason
+        raise error(reason + CLOSE_HINT)
+
+    def check_usable(self) -> None:
+        if self.closed:
+            raise ClosedEnvError("this vector env is closed; create a new one")
+        if self._broken is not None:
+            raise WorkerDiedError(f"the pool is unusable: {self._broken}{CLOSE_HINT}")
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def close(self, terminate: bool = False) -> None:
+        """Have every node close its pool (workers, shared memory), then end the actors. Safe to call twice."""
+        if terminate or self._broken is not None:
+            self._res.graceful = False
+        self.closed = True
+        self._res.shutdown()
+        self._finalizer.detach()
+        atexit.unregister(self._finalizer)
+
+    def __enter__(self) -> RayPool:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+class RayRequests:
+    """The one rare call a Ray pool may have pending (``send``/``wait``, as :class:`~shmvec.requests.Requests`)."""
+
+    def __init__(self, pool: RayPool):
+        self.pool = weakref.proxy(pool)
+        self._refs: dict[int, Any] = {}
+
+    def send(self, request: Reset | RunOps, beside_sends: bool = False) -> None:
+        pool = self.pool
+        pool.ensure_can_step(beside_sends)
+        by_env = request.kwargs if isinstance(request, Reset) else request.ops
+        parts: dict[int, dict[int, Any]] = {}
+        for i, value in by_env.items():
+            node = pool.node_of(i)
+            parts.setdefault(node.index, {})[i - node.start] = value
+        self._refs = {n: pool.nodes[n].actor.request.remote(type(request)(part)) for n, part in parts.items()}
+        pool.pending = "request"
+
+    def wait(self, timeout: float | None = None) -> dict[int, Any]:
+        pool = self.pool
+        pool.check_usable()
+        if pool.pending != "request":
+            raise NoPendingCallError("wait() called with no pending request; send() one first", "request")
+        pool.pending = None
+        merged: dict[int, Any] = {}
+        for n, rows in pool._collect(self._refs, timeout).items():
+            pool.write_rows(pool.nodes[n], rows)
+            merged.update(rows.replies)
+        return merged
+
+
+class RayBatches:
+    """Async batches over nodes: a node's envs come back when its actor answers (see the module docstring)."""
+
+    def __init__(self, pool: RayPool):
+        self.pool = weakref.proxy(pool)
+        self.state = np.full(pool.num_envs, HELD, dtype=np.int8)
+        self.fifo: deque[int] = deque()
+        self.records: dict[int, StepInfo] = {}
+        self.calls: dict[Any, tuple[Node, list[int]]] = {}  # in flight: ref -> (node, env ids)
+        self.restarted: set[int] = set()  # held envs whose node was restarted: their next send reports it
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.fifo) or bool(self.calls)
+
+    def check_can_send(self, env_ids: np.ndarray) -> None:
+        pending = env_ids[self.state[env_ids] != HELD]
+        if len(pending):
+            raise AlreadyPendingError(
+                f"envs {ranges(sorted(set(pending.tolist())))} have a send pending: recv() their results before "
+                "sending them actions again",
+                "send",
+            )
+        if len(np.unique(env_ids)) != len(env_ids):
+            raise ValueError(f"env_ids must not repeat an env, got {env_ids.tolist()}")
+
+    def reset(self, kwargs: dict[int, dict[str, Any]]) -> None:
+        """Start ``env_i.reset(**kwargs[i])``; the envs come back through :meth:`recv`."""
+        self.pool.ensure_can_step(beside_sends=True)
+        self.check_can_send(np.array(sorted(kwargs), dtype=np.int64))
+        for node, ids in self._by_node(sorted(kwargs)):
+            ref = node.actor.reset_some.remote({i - node.start: kwargs[i] for i in ids})
+            self._launch(ref, node, ids)
+
+    def send(self, env_ids: np.ndarray) -> None:
+        """Step ``env_ids`` (their actions are in the action rows): one call per node."""
+        pool = self.pool
+        pool.check_usable()
+        if pool.pending is not None:
+            raise AlreadyPendingError(f"a {pool.pending} is pending; wait for it before send()", pool.pending)
+        if pool.pickled.action_paths:
+            raise StepStateError("send()/recv() need fixed-size action spaces; use step() for this action space")
+        self.check_can_send(env_ids)
+        ids = [i for i in env_ids.tolist() if i not in self.restarted]
+        self._queue_restarted([i for i in env_ids.tolist() if i in self.restarted], {})
+        for node, part in self._by_node(ids):
+            rows = np.array(part, dtype=np.int64)
+            actions = {path: leaf[rows] for path, leaf in pool.action_leaves.items()}
+            self._launch(node.actor.send.remote(rows - node.start, actions), node, part)
+
+    def recv(self, batch_size: int, timeout: float | None = None) -> tuple[np.ndarray, dict[int, StepInfo]]:
+        """The first ``batch_size`` envs to come back (a node's envs come together), and their records."""
+        pool = self.pool
+        pool.check_usable()
+        available = len(self.fifo) + int((self.state == IN_FLIGHT).sum())
+        if available < batch_size:
+            raise NoPendingCallError(
+                f"recv() returns batch_size={batch_size} envs, but only {available} are in flight or ready; "
+                "send() actions to the envs of the last recv() first (or call async_reset())",
+                "send",
+            )
+        limit = pool.limit(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
+        while len(self.fifo) < batch_size:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(list(self.calls), num_returns=1, timeout=left)
+            if not ready:
+                silent = sorted(i for _, ids in self.calls.values() for i in ids)
+                pool._res.graceful, pool._res.stuck = False, True
+                pool._break(f"envs {ranges(silent)} did not answer within {limit}s (an env step hangs, or a node is stuck?)", StepTimeoutError)
+            self._take(ready[0])
+        ids = [self.fifo.popleft() for _ in range(batch_size)]
+        if batch_size == pool.num_envs:
+            ids.sort()  # the synchronous step's order
+        self.state[ids] = HELD
+        return np.array(ids, dtype=np.int64), {i: self.records.pop(i) for i in ids if i in self.records}
+
+    def _by_node(self, ids: list[int]) -> list[tuple[Node, list[int]]]:
+        parts: dict[int, list[int]] = {}
+        for i in ids:
+            parts.setdefault(self.pool.node_of(i).index, []).append(i)
+        return [(self.pool.nodes[n], part) for n, part in parts.items()]
+
+    def _launch(self, ref: Any, node: Node, ids: list[int]) -> None:
+        self.calls[ref] = (node, ids)
+        self.state[ids] = IN_FLIGHT
+
+    def _take(self, ref: Any) -> None:
+        """One node's answer: queue its envs, or raise its error, or restart it."""
+        node, ids = self.calls.pop(ref)
+        try:
+            rows = ray.get(ref)
+        except RayActorError as death:
+            self._restart(node, death)
+            return
+        if isinstance(rows, ErrorReport):
+            self.state[ids] = HELD  # no result: the caller may send to them again
+            self.pool._raise(rows)
+        for record in self.pool.write_rows(node, rows):
+            self.records[record.env_index] = record
+        self._queue(rows.ids.tolist())
+
+    def _restart(self, node: Node, death: BaseException) -> None:
+        """Ray re-created ``node``'s actor: in-flight and queued envs report a truncation now, held ones at their next send."""
+        pool = self.pool
+        rows = pool.restart_node(node, death)
+        for ref in [ref for ref, (other, _) in self.calls.items() if other is node]:
+            del self.calls[ref]  # sent to the dead actor: they fail, and their envs are reported below
+        pool.write_rows(node, rows._replace(rewards=None, records=[]))
+        envs = range(node.start, node.stop)
+        lost = [i for i in envs if self.state[i] != HELD]
+        for i in lost:
+            if self.state[i] == QUEUED:
+                self.fifo.remove(i)
+        self.restarted.update(i for i in envs if self.state[i] == HELD)
+        self._queue_restarted(lost, {record.env_index: record.info for record in rows.records})
+
+    def _queue_restarted(self, ids: list[int], infos: dict[int, Any]) -> None:
+        pool = self.pool
+        for i in ids:
+            self.restarted.discard(i)
+            pool.rewards[i], pool.terminated[i], pool.truncated[i] = 0.0, False, True
+            self.records[i] = StepInfo(i, infos.get(i, {}), restarted=True)
+        self._queue(ids)
+
+    def _queue(self, ids: list[int]) -> None:
+        self.state[ids] = QUEUED
+        self.fifo.extend(ids)
+
+
+def _global_envs(message: str, start: int) -> str:
+    """A local pool's message with its env numbers ("env 1", "envs 0..1, 3") made global."""
+    shift = lambda number: str(int(number[0]) + start)  # noqa: E731
+    return _ENV_NUMBERS.sub(lambda found: found[1] + re.sub(r"\d+", shift, found[2]), message)
+
+
+_ENV_NUMBERS = re.compile(r"(\benvs? )(\d+(?:\.\.\d+)?(?:, \d+(?:\.\.\d+)?)*)")
+
+
+def _unlink_leftovers(pid: int) -> list[str]:
+    """On a node: remove the /dev/shm entries of a dead node actor ``pid`` (named ``shmvec_<pid>_...``)."""
+    removed = []
+    for name in os.listdir("/dev/shm"):
+        if name.startswith((f"shmvec_{pid}_", f"sem.shmvec_{pid}_")):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+                removed.append(name)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+def _sweep(node: Node) -> None:
+    """A node actor was killed (OOM, ray.kill): Ray kills its children too, resource tracker included,
+    so its shared memory stays. Remove it with a small task on that node; best effort (the node may be gone)."""
+    if node.info is None:
+        return
+    task = ray.remote(num_cpus=0, max_retries=0)(_unlink_leftovers).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node.info.node_id, soft=False)
+    )
+    try:
+        ray.get(task.remote(node.info.pid), timeout=SWEEP_TIMEOUT)
+    except Exception:
+        pass  # a lost node took its /dev/shm with it
+
+
+def _connect() -> None:
+    """Join the Ray cluster the user started (``ray.init``), else the one ``ray start`` runs here."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address="auto")
+    except ConnectionError as exc:
+        raise ConnectionError(
+            'backend="ray" found no Ray cluster: call ray.init(...) before creating the vector env, '
+            "or start one with `ray start --head` (see the README, \"More than one machine\")"
+        ) from exc
+
+
+def _node_count(n_nodes: int | None, cpus: int, num_envs: int) -> int:
+    """How many node actors: ``n_nodes`` (checked against the cluster), or every alive node with ``cpus`` CPUs."""
+    fit = [node for node in ray.nodes() if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) >= cpus]
+    found = n_nodes if n_nodes is not None else len(fit)
+    if not fit or found > len(fit):
+        raise ValueError(
+            f"n_nodes={n_nodes} needs {found or 1} alive Ray nodes with >= {cpus} CPU(s) (n_workers per node), "
+            f"but the cluster has {len(fit)}; add nodes (`ray start --address=...`) or pass a smaller n_nodes"
+        )
+    if found > num_envs:
+        raise ValueError(f"{found} nodes for {num_envs} envs: every node needs at least one env; pass n_nodes <= {num_envs}")
+    return found

@@ -1,0 +1,144 @@
+"""``n_workers=None``: the choice of worker count, main shard and waits (pure, injected timings),
+and pools built with it: they work, equal the references, and say what they chose."""
+
+from __future__ import annotations
+
+import logging
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from helpers import assert_same
+
+from shmvec import ShmPoolVecEnv, ShmVectorEnv, autoconfig
+from shmvec.autoconfig import ISOLATION_TOLERANCE, Plan, candidates, choose, explicit, predicted_step_time
+
+CORES = 2  # the decisions below are the 2-core machine's; the model is checked for other counts too
+
+
+def cartpole():
+    return gym.make("CartPole-v1")
+
+
+# ==== the decision (pure) ==================================================================
+
+
+@pytest.mark.parametrize(
+    "num_envs, t_env, expected",
+    [
+        (64, 7e-6, (1, True)),  # light envs, many: main process + one worker, nobody waits on a wake-up
+        (8, 7e-6, (1, True)),
+        (2, 7e-6, (0, True)),  # too little work to pay a round trip: in-process
+        (1, 7e-6, (0, True)),
+        (8, 1e-3, (2, False)),  # heavy: two workers cost < 5 % more and keep the envs isolated
+        (16, 150e-6, (2, False)),
+        (1, 1e-3, (1, False)),  # one heavy env: a worker costs nothing measurable
+    ],
+)
+def test_choose_on_two_cores(num_envs, t_env, expected):
+    plan = choose(num_envs, CORES, t_env)
+    assert (plan.n_workers, plan.main_shard) == expected
+    assert plan.reason.startswith("auto: ") and plan.t_env == t_env
+
+
+@pytest.mark.parametrize("cores", [1, 2, 4, 16])
+@pytest.mark.parametrize("num_envs", [1, 3, 8, 64, 257])
+@pytest.mark.parametrize("t_env", [1e-6, 7e-6, 100e-6, 5e-3])
+def test_choice_is_near_the_models_best_and_valid(cores, num_envs, t_env):
+    plan = choose(num_envs, cores, t_env)
+    lanes = plan.n_workers + plan.main_shard
+    assert 1 <= lanes <= min(num_envs, cores)
+    best = min(predicted_step_time(num_envs, cores, t_env, k, main) for k, main in candidates(num_envs, cores))
+    assert best / predicted_step_time(num_envs, cores, t_env, plan.n_workers, plan.main_shard) >= 1 - ISOLATION_TOLERANCE
+
+
+def test_one_core_runs_in_process_for_light_envs():
+    assert (choose(64, 1, 7e-6).n_workers, choose(64, 1, 7e-6).main_shard) == (0, True)
+
+
+def test_main_shard_given_restricts_the_choice():
+    assert choose(8, CORES, 1e-3, main_shard=True).main_shard is True
+    assert choose(64, CORES, 7e-6, main_shard=False).main_shard is False
+
+
+def test_candidates_are_every_lane_count_up_to_the_cores():
+    assert candidates(8, 2) == [(0, True), (1, False), (1, True), (2, False)]
+    assert candidates(1, 4) == [(0, True), (1, False)]
+
+
+def test_waits_spin_longer_only_when_every_busy_process_has_a_core():
+    light = choose(64, CORES, 7e-6)  # main + 1 worker on 2 cores: the worker may spin through the main shard
+    assert light.worker_spin > 200e-6 and light.main_spin >= 200e-6
+    assert light.worker_spin <= autoconfig.MAX_WORKER_SPIN
+    crowded = explicit(64, CORES, 2, False)  # 2 workers + a waiting main process on 2 cores
+    assert (crowded.worker_spin, crowded.main_spin) == (200e-6, 200e-6)
+    assert choose(64, CORES, 7e-6, max_spin=0.0).worker_spin == 0.0  # max_spin=0 always blocks
+
+
+def test_explicit_is_obeyed():
+    plan = explicit(64, CORES, 5, False)
+    assert (plan.n_workers, plan.main_shard, plan.reason) == (5, False, "n_workers=5 given")
+    assert explicit(4, CORES, 1, True).constructor_args() == "n_workers=1, main_shard=True"
+
+
+def test_plan_pool_falls_back_to_workers_when_env0_cannot_be_timed():
+    def broken():
+        raise RuntimeError("no env here")
+
+    plan = autoconfig.plan_pool(None, None, 200e-6, [broken] * 4)
+    assert (plan.n_workers, plan.main_shard) == (min(4, autoconfig.usable_cores()), False)
+    assert "timing env 0 failed (RuntimeError)" in plan.reason
+
+
+def test_time_env_step_measures_and_closes():
+    closed = []
+
+    class Slow(gym.Wrapper):
+        def step(self, action):
+            for _ in range(2000):
+                pass
+            return super().step(action)
+
+        def close(self):
+            closed.append(True)
+            super().close()
+
+    t_fast = autoconfig.time_env_step(cartpole)
+    t_slow = autoconfig.time_env_step(lambda: Slow(cartpole()))
+    assert 0 < t_fast < t_slow and closed == [True]
+
+
+# ==== pools built with n_workers=None ======================================================
+
+
+def test_default_pool_works_equals_sync_and_says_what_it_chose(closing, caplog):
+    with caplog.at_level(logging.INFO, logger="shmvec"):
+        shm = closing(ShmVectorEnv([cartpole] * 6, start_method="fork", autoreset_mode=AutoresetMode.SAME_STEP))
+    ref = closing(SyncVectorEnv([cartpole] * 6, autoreset_mode=AutoresetMode.SAME_STEP))
+    plan = shm._pool.plan
+    described = f"n_workers={plan.n_workers}, main_shard={plan.main_shard}, why={plan.reason!r}"
+    assert repr(shm) == f"ShmVectorEnv(num_envs=6, {described})"
+    assert repr(shm._pool) == f"ShmPool(num_envs=6, {described})"
+    assert "why='auto: " in repr(shm) and shm.n_workers == plan.n_workers
+    assert any(described in record.getMessage() for record in caplog.records)
+    assert_same(shm.reset(seed=3), ref.reset(seed=3))
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        actions = rng.integers(0, 2, size=6)
+        assert_same(shm.step(actions), ref.step(actions))
+
+
+def test_default_sb3_pool_repr(closing):
+    shm = closing(ShmPoolVecEnv([cartpole] * 3, start_method="fork"))
+    assert repr(shm).startswith("ShmPoolVecEnv(num_envs=3, n_workers=")
+    assert "why='auto: " in repr(shm)
+    shm.reset()
+    obs, rewards, dones, infos = shm.step(np.zeros(3, dtype=np.int64))
+    assert obs.shape == (3, 4) and len(infos) == 3
+
+
+def test_explicit_n_workers_gives_exactly_that_many_workers_and_no_main_shard(closing):
+    shm = closing(ShmPoolVecEnv([cartpole] * 3, 3, start_method="fork"))
+    assert shm._pool.plan == Plan(3, False, shm._pool.plan.worker_spin, shm._pool.plan.main_spin, "n_workers=3 given")
+    assert len(shm._pool.links) == 3 and shm._pool.main is None

@@ -1,0 +1,214 @@
+"""backend="ray": shards on (simulated) Ray nodes behave as the local pool, bit for bit.
+
+One 2-node cluster (1 CPU each) serves the whole module: it takes ~5 s to start on a
+2-core machine. Every Ray daemon binds 127.0.0.1 (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0,
+set before Ray starts). Tests use ``n_workers=1`` (one worker per node) and fork.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray starts: its daemons bind 127.0.0.1
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from faulty import Boom, env_fns
+from helpers import assert_same, gone, poll_until, shm_of
+from sb3_compare import run_equivalence
+
+from shmvec import ShmPoolVecEnv, ShmVectorEnv
+from shmvec.errors import RemoteTraceback, StepTimeoutError, WorkerDiedError
+
+ray = pytest.importorskip("ray")
+import ray.cloudpickle  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
+
+# This module's functions travel to the node actors by value; faulty.py (its envs and their
+# exception class) is imported there from PYTHONPATH, as a user's installed package would be.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+N = 4  # envs: 0..1 on node 0, 2..3 on node 1
+RAY = {"backend": "ray", "n_workers": 1, "start_method": "fork"}
+SEEN_PIDS: set[int] = set()  # every node actor and worker the module started: none may outlive its test
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))  # for the nodes
+    simulated = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        simulated.add_node(num_cpus=1)
+        ray.init(address=simulated.address, log_to_driver=False)
+        simulated.wait_for_nodes()
+        yield simulated
+    finally:
+        ray.shutdown()
+        simulated.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(cluster):
+    """Overrides conftest's (Ray's own daemons and idle workers come and go): nothing of ours may stay."""
+    yield
+    assert poll_until(lambda: all(gone(pid) for pid in SEEN_PIDS), 10.0), "node actors or workers outlived their test"
+    left = [name for pid in SEEN_PIDS for name in shm_of(pid)]
+    assert not left, f"/dev/shm entries left behind: {left}"
+
+
+def cartpole():
+    return gym.make("CartPole-v1")
+
+
+def track(env):
+    """Remember the env's actor and worker pids, for no_leaks."""
+    for node in env._pool.nodes:
+        SEEN_PIDS.update([node.info.pid, *node.info.worker_pids])
+    return env
+
+
+def test_sb3_adapter_equals_dummy_vec_env(closing):
+    shm = closing(track(ShmPoolVecEnv([cartpole] * N, **RAY)))
+    dummy = closing(DummyVecEnv([cartpole] * N))
+    assert [node.info.node_id for node in shm._pool.nodes] != [shm._pool.nodes[0].info.node_id] * 2, "one node"
+    counts = run_equivalence(shm, dummy, steps=100, seed=3)
+    assert counts["done"] > 0
+
+
+def test_gymnasium_adapter_equals_sync_vector_env(closing):
+    shm = closing(track(ShmVectorEnv([cartpole] * N, autoreset_mode="SameStep", **RAY)))
+    ref = closing(gym.vector.SyncVectorEnv([cartpole] * N, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
+    assert_same(shm.reset(seed=7), ref.reset(seed=7), "reset")
+    ref.action_space.seed(7)
+    ends = 0
+    for step in range(100):
+        actions = ref.action_space.sample()
+        got, want = shm.step(actions), ref.step(actions)
+        assert_same(got, want, f"step {step}")
+        ends += int(want[2].sum() + want[3].sum())
+    assert ends > 0
+
+
+def test_rare_calls(closing):
+    shm = closing(track(ShmPoolVecEnv(env_fns(None), **RAY)))
+    dummy = closing(DummyVecEnv(env_fns(None)))
+    for env in (shm, dummy):
+        assert env.seed(5) == [5, 6, 7, 8]
+        env.reset()
+        env.set_attr("at", 7, indices=[1, 2])
+    assert shm.get_attr("at") == dummy.get_attr("at") == [2, 7, 7, 2]
+    assert_same(shm.env_method("step", 1, indices=[0, 3]), dummy.env_method("step", 1, indices=[0, 3]))
+    assert_same(shm.get_images(), dummy.get_images())
+    assert shm.env_is_wrapped(gym.Wrapper) == dummy.env_is_wrapped(gym.Wrapper)
+    assert len(set(shm.env_method("pid"))) == 2, "one worker per node"
+
+
+def test_async_send_recv_matches_each_env_alone(closing):
+    envs = closing(track(ShmVectorEnv([cartpole] * N, batch_size=2, **RAY)))
+    refs = [gym.vector.SyncVectorEnv([cartpole]) for _ in range(N)]
+    envs.async_reset(seed=11)
+    want_obs = {i: refs[i].reset(seed=11 + i)[0][0] for i in range(N)}
+    rng = np.random.default_rng(0)
+    nodes_seen = set()
+    for _ in range(60):
+        obs, rewards, terminated, truncated, infos = envs.recv()
+        ids = infos["env_id"]
+        nodes_seen.add(tuple(sorted(i // 2 for i in ids)))
+        for row, i in enumerate(ids):
+            assert_same(obs[row], want_obs[i], f"env {i} obs")
+        actions = rng.integers(0, 2, size=len(ids))
+        for i, action in zip(ids, actions):
+            o, r, te, tr, _ = refs[i].step(np.array([action]))
+            want_obs[i] = o[0]
+        envs.send(actions)
+    for ref in refs:
+        ref.close()
+    assert nodes_seen == {(0, 0), (1, 1)}, "a batch is one node's envs (they come back as its actor answers)"
+
+
+def test_env_error_names_the_global_env_and_keeps_the_remote_traceback(closing):
+    envs = closing(track(ShmVectorEnv(env_fns("step"), **RAY)))
+    envs.reset(seed=0)
+    envs.step(np.zeros(N, dtype=np.int64))
+    with pytest.raises(Boom) as caught:
+        envs.step(np.zeros(N, dtype=np.int64))
+    assert caught.value.env_index == 3
+    assert "env 3 on node 1" in "\n".join(caught.value.__notes__)
+    assert isinstance(caught.value.__cause__, RemoteTraceback) and "step failed on purpose" in str(caught.value.__cause__)
+    envs.step(np.zeros(N, dtype=np.int64))  # an env error does not break the pool
+
+
+def test_timeout(closing):
+    envs = closing(track(ShmVectorEnv(env_fns("hang"), timeout=1.0, **RAY)))
+    envs.reset(seed=0)
+    envs.step(np.zeros(N, dtype=np.int64))
+    with pytest.raises(StepTimeoutError, match=r"envs 2\.\.3 did not answer"):
+        envs.step(np.zeros(N, dtype=np.int64))
+
+
+def test_killed_node_actor_raises_naming_node_and_envs(closing):
+    envs = closing(track(ShmVectorEnv([cartpole] * N, **RAY)))
+    envs.reset(seed=0)
+    envs.step(np.zeros(N, dtype=np.int64))
+    ray.kill(envs._pool.nodes[1].actor)
+    with pytest.raises(WorkerDiedError, match=r"node 1 \(127\.0\.0\.1.*envs 2\.\.3"):
+        envs.step(np.zeros(N, dtype=np.int64))
+    with pytest.raises(WorkerDiedError, match="unusable"):
+        envs.step(np.zeros(N, dtype=np.int64))
+
+
+def test_restart_mode_reports_a_truncation(closing):
+    envs = closing(track(ShmPoolVecEnv([cartpole] * N, on_worker_failure="restart", **RAY)))
+    envs.reset()
+    envs.step(np.zeros(N, dtype=np.int64))
+    ray.kill(envs._pool.nodes[0].actor, no_restart=False)
+    with pytest.warns(RuntimeWarning, match="node 0.*Ray restarts it"):
+        obs, rewards, dones, infos = envs.step(np.zeros(N, dtype=np.int64))
+    assert dones.tolist() == [True, True, False, False] and rewards[:2].tolist() == [0.0, 0.0]
+    assert infos[0] == {"shmvec_restarted": True, "TimeLimit.truncated": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(5):
+            envs.step(np.zeros(N, dtype=np.int64))  # the restarted node steps on
+    track(envs)
+
+
+def test_close_leaves_nothing_on_any_node():
+    envs = track(ShmVectorEnv([cartpole] * N, **RAY))
+    envs.reset(seed=0)
+    pids = [pid for node in envs._pool.nodes for pid in (node.info.pid, *node.info.worker_pids)]
+    envs.close()
+    assert poll_until(lambda: all(gone(pid) for pid in pids), 10.0)
+    assert not [name for pid in pids for name in shm_of(pid)]
+
+
+def test_options_are_checked(closing):
+    with pytest.raises(ValueError, match='backend="ray"'):
+        ShmVectorEnv([cartpole] * N, n_nodes=2)
+    with pytest.raises(ValueError, match="n_nodes=3 needs 3 alive Ray nodes.*has 2"):
+        ShmVectorEnv([cartpole] * N, n_nodes=3, **RAY)
+
+
+def test_a_script_that_never_closes_exits_cleanly(cluster, tmp_path):
+    script = textwrap.dedent(f"""
+        import gymnasium as gym, numpy as np, ray
+        from shmvec import ShmVectorEnv
+        ray.init(address={cluster.address!r}, log_to_driver=False)
+        envs = ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 4, backend="ray", n_workers=1, start_method="fork")
+        envs.reset(seed=0)
+        envs.step(np.zeros(4, dtype=np.int64))
+        print(*(pid for node in envs._pool.nodes for pid in (node.info.pid, *node.info.worker_pids)))
+    """)
+    (tmp_path / "script.py").write_text(script)
+    done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    SEEN_PIDS.update(int(pid) for pid in done.stdout.split())
