@@ -100,10 +100,9 @@ class ShmPool:
         options: how to run them (:class:`~shmvec.options.PoolOptions`).
         autoreset_mode: what a step does when an episode ends (gymnasium's AutoresetMode).
         env_wrapper: picklable callable applied to each env right after it is built.
-        obs_space_match: ``obs_space_match(env0_space, env_space)`` says whether an env's
-            observation space fits env 0's (default: equality). The shared memory is laid
-            out from env 0's space, so a looser test must still require the same leaves,
-            shapes and dtypes (Gymnasium's ``is_space_dtype_shape_equiv`` does).
+        obs_space_match: ``obs_space_match(env0_space, env_space)``: whether an env's observation
+            space fits env 0's (default: equality). The arena is laid out from env 0's space, so it
+            must require the same leaves, shapes and dtypes (as ``is_space_dtype_shape_equiv``).
     """
 
     def __init__(
@@ -127,6 +126,7 @@ class ShmPool:
         self._shard_starts = [start for start, _ in self.shards]
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.timeout = options.timeout
+        self.start_limit = None if self.timeout is None else max(self.timeout, START_TIMEOUT)  # building envs
         self.closed = False
         self.pending: str | None = None  # "step" or "request": what the next wait collects
         self._broken: str | None = None
@@ -190,10 +190,6 @@ class ShmPool:
     def attach_message(self, restart: bool = False) -> Attach:
         return Attach(self._res.arena.name, self.layout, self.autoreset_mode, self._res.ready.name, restart)
 
-    @property
-    def start_limit(self) -> float | None:
-        """How long building envs may take: the timeout, but at least START_TIMEOUT."""
-        return None if self.timeout is None else max(self.timeout, START_TIMEOUT)
 
     # -- the synchronous step ------------------------------------------------------
 
@@ -224,10 +220,8 @@ class ShmPool:
         self.pending = "step"
 
     def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
-        """Wait for the pending step; results are in the arena views. Returns the sent infos.
-
-        ``timeout`` (seconds) overrides the pool's for this wait.
-        """
+        """Wait for the pending step (``timeout`` overrides the pool's); results are in the arena views.
+        Returns the records the workers sent (infos, episode ends)."""
         self.check_usable()
         if self.pending != "step":
             raise NoPendingCallError("step_wait() called with no pending step; call step_async() first", "step")
@@ -385,11 +379,8 @@ class ShmPool:
     # -- the end -------------------------------------------------------------------
 
     def close(self, terminate: bool = False) -> None:
-        """Stop the workers and release every OS resource. Safe to call twice.
-
-        ``terminate=True`` terminates the workers at once instead of asking them to close
-        their envs and exit.
-        """
+        """Stop the workers and release every OS resource; safe to call twice. ``terminate=True``
+        terminates the workers at once instead of asking them to close their envs and exit."""
         if terminate:
             self._res.graceful = False
         self.closed = True
