@@ -96,19 +96,11 @@ class AsyncSchedule:
             self.records.update((i, StepInfo(i, infos[i])) for i in ids)
             self.queue_all(ids)
 
-    # -- send ----------------------------------------------------------------------
-
     def check_can_send(self, env_ids: np.ndarray) -> None:
         """Raise unless every env of ``env_ids`` is held by the caller (before its action row is written)."""
-        pending = env_ids[self.state[env_ids] != HELD]
-        if len(pending):
-            raise AlreadyPendingError(
-                f"envs {ranges(sorted(set(pending.tolist())))} have a send pending: recv() their results before "
-                "sending them actions again",
-                "send",
-            )
-        if len(np.unique(env_ids)) != len(env_ids):
-            raise ValueError(f"env_ids must not repeat an env, got {env_ids.tolist()}")
+        check_held(self.state, env_ids)
+
+    # -- send ----------------------------------------------------------------------
 
     def send(self, env_ids: np.ndarray) -> None:
         """Step ``env_ids`` (their actions are in the action rows); :meth:`recv` returns them."""
@@ -255,3 +247,16 @@ class AsyncSchedule:
             self.records[i] = StepInfo(i, reset_infos.get(i, {}) if same_step else {}, restarted=True)
             self.state[i] = QUEUED
             self.fifo.append(i)
+
+
+def check_held(state: np.ndarray, env_ids: np.ndarray) -> None:
+    """Raise unless every env of ``env_ids`` is held by the caller (no send pending) and none repeats."""
+    pending = env_ids[state[env_ids] != HELD]
+    if len(pending):
+        raise AlreadyPendingError(
+            f"envs {ranges(sorted(set(pending.tolist())))} have a send pending: recv() their results before "
+            "sending them actions again",
+            "send",
+        )
+    if len(np.unique(env_ids)) != len(env_ids):
+        raise ValueError(f"env_ids must not repeat an env, got {env_ids.tolist()}")

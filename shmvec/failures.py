@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import signal
 
-from shmvec.errors import MainModuleError, RemoteTraceback
+from typing import NoReturn
+
+from shmvec.errors import ClosedEnvError, MainModuleError, RemoteTraceback, WorkerDiedError
 from shmvec.protocol import ErrorReport
 from shmvec.shard import EnvFailed
 
@@ -78,3 +80,24 @@ def unguarded_main_error(exitcode: int | None, start_method: str) -> MainModuleE
         'creates and uses it under `if __name__ == "__main__":` (see the README quickstart), or pass '
         'start_method="fork".'
     )
+
+
+class Breakable:
+    """The closed/broken state every pool (local, Ray) shares: "broken" is one transition."""
+
+    closed = False
+    _broken: str | None = None  # why the pool is unusable
+
+    def _break(self, reason: str, error: BaseException | type[BaseException] = WorkerDiedError) -> NoReturn:
+        """Remember why the pool is unusable, and raise ``error`` (a class gets the reason and the hint to close)."""
+        self._broken = reason
+        if isinstance(error, type):
+            error = error(reason + CLOSE_HINT)
+        error.__suppress_context__ = True  # e.g. the broken pipe that revealed the death says nothing more
+        raise error
+
+    def check_usable(self) -> None:
+        if self.closed:
+            raise ClosedEnvError("this vector env is closed; create a new one")
+        if self._broken is not None:
+            raise WorkerDiedError(f"the pool is unusable: {self._broken}{CLOSE_HINT}")

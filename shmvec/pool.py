@@ -63,15 +63,8 @@ from shmvec import layout as lay
 from shmvec import pickled
 from shmvec.autoconfig import describe_plan, plan_pool
 from shmvec.batches import AsyncSchedule
-from shmvec.errors import (
-    AlreadyPendingError,
-    ClosedEnvError,
-    NoPendingCallError,
-    ShmVecError,
-    StepTimeoutError,
-    WorkerDiedError,
-)
-from shmvec.failures import CLOSE_HINT, main_shard_error, ranges, remote_error, unguarded_main_error
+from shmvec.errors import AlreadyPendingError, NoPendingCallError, ShmVecError, StepTimeoutError
+from shmvec.failures import Breakable, main_shard_error, ranges, remote_error, unguarded_main_error
 from shmvec.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink, mp_context
 from shmvec.options import PoolOptions
 from shmvec.protocol import Attach, Command, ErrorReport, Hello, Reset, RunOps, StepInfo
@@ -89,7 +82,7 @@ _COMMAND_STEP = int(Command.STEP)  # a plain int for the hot path (IntEnum acces
 _count_nonzero = np.count_nonzero
 
 
-class ShmPool:
+class ShmPool(Breakable):
     """Runs ``len(env_fns)`` envs in worker processes, stepping them through shared memory.
 
     This is the engine behind :class:`~shmvec.ShmPoolVecEnv` and
@@ -127,9 +120,7 @@ class ShmPool:
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.timeout = options.timeout
         self.start_limit = None if self.timeout is None else max(self.timeout, START_TIMEOUT)  # building envs
-        self.closed = False
         self.pending: str | None = None  # "step" or "request": what the next wait collects
-        self._broken: str | None = None
         self._res = PoolResources()
         self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
         self.obs_space_match = obs_space_match  # restarted workers' envs must match too
@@ -360,21 +351,6 @@ class ShmPool:
         if self._res.arena is None:  # still starting
             self._break(f"envs {ranges(silent)} were not built within {limit}s (an env_fn hangs?)", StepTimeoutError)
         self._break(f"envs {ranges(silent)} did not answer within timeout={limit}s (an env step hangs?)", StepTimeoutError)
-
-    def _break(self, reason: str, error: BaseException | type[BaseException] = WorkerDiedError) -> NoReturn:
-        """The one transition to "unusable": remember why, and raise ``error`` (a class gets
-        the reason and the hint to close)."""
-        self._broken = reason
-        if isinstance(error, type):
-            error = error(reason + CLOSE_HINT)
-        error.__suppress_context__ = True  # e.g. the broken pipe that revealed the death says nothing more
-        raise error
-
-    def check_usable(self) -> None:
-        if self.closed:
-            raise ClosedEnvError("this vector env is closed; create a new one")
-        if self._broken is not None:
-            raise WorkerDiedError(f"the pool is unusable: {self._broken}{CLOSE_HINT}")
 
     # -- the end -------------------------------------------------------------------
 

@@ -55,9 +55,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
 
 from shmvec import layout as lay
+from shmvec.batches import HELD, IN_FLIGHT, QUEUED, check_held
 from shmvec.errors import (
     AlreadyPendingError,
-    ClosedEnvError,
     NoPendingCallError,
     RemoteTraceback,
     ShmVecError,
@@ -65,7 +65,7 @@ from shmvec.errors import (
     StepTimeoutError,
     WorkerDiedError,
 )
-from shmvec.failures import CLOSE_HINT, ranges
+from shmvec.failures import Breakable, ranges
 from shmvec.options import PoolOptions
 from shmvec.pickled import PickledLeaves
 from shmvec.pool import START_TIMEOUT, ShmPool
@@ -77,7 +77,6 @@ from shmvec.validation import check_env_fns, check_same_spaces
 NODE_GRACE = 10.0
 CLOSE_TIMEOUT = 10.0  # seconds close() gives the node actors to close their pools before killing them
 SWEEP_TIMEOUT = 10.0  # seconds for the clean-up task after a node actor died
-HELD, IN_FLIGHT, QUEUED = 0, 1, 2
 
 
 # -- the node side ----------------------------------------------------------------------
@@ -272,7 +271,7 @@ def _finalize_unclosed(res: NodeResources) -> None:
     res.shutdown()
 
 
-class RayPool:
+class RayPool(Breakable):
     """The engine's interface (see :class:`~shmvec.pool.ShmPool`) over one local pool per Ray node.
 
     Args:
@@ -296,9 +295,7 @@ class RayPool:
         self.num_envs = len(env_fns)
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.timeout = options.timeout
-        self.closed = False
         self.pending: str | None = None
-        self._broken: str | None = None
         self._step_refs: dict[int, Any] = {}
         self.restarts = 0
         _connect()
@@ -520,16 +517,6 @@ class RayPool:
             records=records,
         )
 
-    def _break(self, reason: str, error: type[BaseException] = WorkerDiedError) -> NoReturn:
-        self._broken = reason
-        raise error(reason + CLOSE_HINT)
-
-    def check_usable(self) -> None:
-        if self.closed:
-            raise ClosedEnvError("this vector env is closed; create a new one")
-        if self._broken is not None:
-            raise WorkerDiedError(f"the pool is unusable: {self._broken}{CLOSE_HINT}")
-
     # -- the end -----------------------------------------------------------------------------
 
     def close(self, terminate: bool = False) -> None:
@@ -595,15 +582,7 @@ class RayBatches:
         return bool(self.fifo) or bool(self.calls)
 
     def check_can_send(self, env_ids: np.ndarray) -> None:
-        pending = env_ids[self.state[env_ids] != HELD]
-        if len(pending):
-            raise AlreadyPendingError(
-                f"envs {ranges(sorted(set(pending.tolist())))} have a send pending: recv() their results before "
-                "sending them actions again",
-                "send",
-            )
-        if len(np.unique(env_ids)) != len(env_ids):
-            raise ValueError(f"env_ids must not repeat an env, got {env_ids.tolist()}")
+        check_held(self.state, env_ids)
 
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> None:
         """Start ``env_i.reset(**kwargs[i])``; the envs come back through :meth:`recv`."""

@@ -158,7 +158,9 @@ def test_killed_node_actor_raises_naming_node_and_envs(closing):
     envs = closing(track(ShmVectorEnv([cartpole] * N, **RAY)))
     envs.reset(seed=0)
     envs.step(np.zeros(N, dtype=np.int64))
+    old_pid = envs._pool.nodes[1].info.pid
     ray.kill(envs._pool.nodes[1].actor)
+    assert poll_until(lambda: gone(old_pid), 10.0)  # ray.kill returns before the actor is dead
     with pytest.raises(WorkerDiedError, match=r"node 1 \(127\.0\.0\.1.*envs 2\.\.3"):
         envs.step(np.zeros(N, dtype=np.int64))
     with pytest.raises(WorkerDiedError, match="unusable"):
@@ -169,7 +171,9 @@ def test_restart_mode_reports_a_truncation(closing):
     envs = closing(track(ShmPoolVecEnv([cartpole] * N, on_worker_failure="restart", **RAY)))
     envs.reset()
     envs.step(np.zeros(N, dtype=np.int64))
+    old_pid = envs._pool.nodes[0].info.pid
     ray.kill(envs._pool.nodes[0].actor, no_restart=False)
+    assert poll_until(lambda: gone(old_pid), 10.0)  # ray.kill returns before the actor is dead
     with pytest.warns(RuntimeWarning, match="node 0.*Ray restarts it"):
         obs, rewards, dones, infos = envs.step(np.zeros(N, dtype=np.int64))
     assert dones.tolist() == [True, True, False, False] and rewards[:2].tolist() == [0.0, 0.0]
