@@ -82,6 +82,11 @@ SWEEP_TIMEOUT = 10.0  # seconds for the clean-up task after a node actor died
 # -- the node side ----------------------------------------------------------------------
 
 
+class Reborn(NamedTuple):
+    """A node actor's answer to any call after Ray re-created it, until the driver resets it:
+    the driver must learn of the restart even when no call was in flight at the death."""
+
+
 class Rows(NamedTuple):
     """A node's answer: its rows of the arrays (all its envs, or ``ids``), and what else it returned."""
 
@@ -116,6 +121,7 @@ class NodeShard:
         self.index, self.start = index, start
         self.pool: ShmPool | None = None
         self.failure: ErrorReport | None = None
+        self.reborn = ray.get_runtime_context().was_current_actor_reconstructed
         try:
             self.pool = ShmPool(env_fns, options, **engine_kwargs)
         except BaseException as exc:  # reported by describe(): a failed actor constructor loses the exception
@@ -150,6 +156,7 @@ class NodeShard:
 
     def reset_all(self) -> Rows | ErrorReport:
         """After Ray re-created this actor: reset every env (seed None), as a restarted worker does."""
+        self.reborn = False
         return self._guard(self._request, Reset({i: {} for i in range(self.pool.num_envs)}))
 
     def close(self, terminate: bool) -> None:
@@ -205,6 +212,8 @@ class NodeShard:
         """Run ``method``; an exception comes back as an ErrorReport (global env index), never as a Ray error."""
         if self.failure is not None:
             return self.failure
+        if self.reborn:
+            return Reborn()
         try:
             return method(*args)
         except BaseException as exc:
@@ -450,6 +459,8 @@ class RayPool(Breakable):
         for n, ref in refs.items():
             try:
                 answer = ray.get(ref)
+                if isinstance(answer, Reborn):
+                    raise RayActorError("Ray restarted the actor")
             except RayActorError as death:
                 if not restart:
                     self._node_died(self.nodes[n], death)
@@ -619,11 +630,15 @@ class RayBatches:
                 "send() actions to the envs of the last recv() first (or call async_reset())",
                 "send",
             )
+        if self.calls:  # take every answer there is, failed calls too: a dead node must not go unnoticed
+            done, _ = ray.wait(list(self.calls), num_returns=len(self.calls), timeout=0, fetch_local=False)
+            for ref in done:
+                self._take(ref)
         limit = pool.limit(timeout)
         deadline = None if limit is None else time.monotonic() + limit
         while len(self.fifo) < batch_size:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _ = ray.wait(list(self.calls), num_returns=1, timeout=left)
+            ready, _ = ray.wait(list(self.calls), num_returns=1, timeout=left, fetch_local=False)
             if not ready:
                 silent = sorted(i for _, ids in self.calls.values() for i in ids)
                 pool._res.graceful, pool._res.stuck = False, True
@@ -650,6 +665,8 @@ class RayBatches:
         node, ids = self.calls.pop(ref)
         try:
             rows = ray.get(ref)
+            if isinstance(rows, Reborn):
+                raise RayActorError("Ray restarted the actor")
         except RayActorError as death:
             self._restart(node, death)
             return

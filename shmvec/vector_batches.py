@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 from shmvec import layout as lay
 from shmvec.errors import InvalidActionError, NoPendingCallError, ResetNeededError
@@ -28,6 +28,15 @@ def add_record_infos(infos: dict[str, Any], add_info: Callable, rows: Iterable[t
             infos = add_info(infos, {"shmvec_restarted": True}, row)
         infos = add_info(infos, record.info, row)
     return infos
+
+
+class _BatchInfos:
+    """Gymnasium's own ``_add_info`` over a batch: its arrays and masks get ``len(batch)`` rows, not ``num_envs``."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, num_envs: int):
+        self.num_envs = num_envs
 
 
 class AsyncBatches:
@@ -100,7 +109,7 @@ class AsyncBatches:
         if self.autoreset_mode == AutoresetMode.DISABLED:
             self._needs_reset[env_ids] = terminated | truncated
         rows = ((n, records[i]) for n, i in enumerate(env_ids.tolist()) if i in records)
-        infos = add_record_infos({}, self._add_info, rows)
+        infos = add_record_infos({}, _BatchInfos(len(env_ids))._add_info, rows)
         infos["env_id"] = env_ids
         return self._batch_observations(env_ids), pool.rewards[env_ids], terminated, truncated, infos
 

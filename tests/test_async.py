@@ -58,6 +58,15 @@ def test_full_batches_equal_reset_and_step(name, mode, closing):
     assert ended_total > 0, "the run must cover episode ends"
 
 
+def assert_rows(infos: dict, rows: int) -> None:
+    """Every info array and mask has one row per env of the batch (nested dicts too)."""
+    for key, value in infos.items():
+        if isinstance(value, dict):
+            assert_rows(value, rows)
+        else:
+            assert len(value) == rows, f"infos[{key!r}] has {len(value)} rows, the batch {rows}"
+
+
 def policy(env_id: int, n: int, space: gym.Space):
     """A deterministic action for the n-th step of env ``env_id``."""
     space.seed(env_id * 100_003 + n)
@@ -96,6 +105,7 @@ def test_small_batches_give_each_env_its_own_trajectory(mode, main_shard, closin
         obs, rewards, terms, truncs, infos = shm.recv()
         env_ids = infos["env_id"]
         assert len(rewards) == batch and len(set(env_ids.tolist())) == batch
+        assert_rows(infos, batch)
         for row, i in enumerate(env_ids.tolist()):
             if i in unseen_resets:
                 unseen_resets.discard(i)

@@ -7,7 +7,9 @@ set before Ray starts). Tests use ``n_workers=1`` (one worker per node) and fork
 
 from __future__ import annotations
 
+import itertools
 import os
+import time
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray starts: its daemons bind 127.0.0.1
 
@@ -182,6 +184,30 @@ def test_restart_mode_reports_a_truncation(closing):
         warnings.simplefilter("error")
         for _ in range(5):
             envs.step(np.zeros(N, dtype=np.int64))  # the restarted node steps on
+    track(envs)
+
+
+def test_restart_mode_with_sends_in_flight(closing):
+    """A node actor dies while its envs are in flight: they come back truncated, the others go on."""
+    envs = closing(track(ShmVectorEnv([cartpole] * N, batch_size=2, on_worker_failure="restart", **RAY)))
+    envs.async_reset(seed=0)
+    restarted = []
+    old_pid = envs._pool.nodes[0].info.pid
+    deadline = time.monotonic() + 60  # Ray takes seconds to re-create an actor
+    with pytest.warns(RuntimeWarning, match="node 0.*Ray restarts it"):
+        for t in itertools.count():
+            if restarted or time.monotonic() > deadline:
+                break
+            obs, rewards, terms, truncs, infos = envs.recv()
+            if "shmvec_restarted" in infos:
+                mask = infos["_shmvec_restarted"]
+                assert truncs[mask].all() and (rewards[mask] == 0).all()
+                restarted += infos["env_id"][mask].tolist()
+            if t == 3:
+                ray.kill(envs._pool.nodes[0].actor, no_restart=False)
+                assert poll_until(lambda: gone(old_pid), 10.0)
+            envs.send(np.zeros(2, dtype=np.int64))
+    assert set(restarted) <= {0, 1} and restarted, restarted
     track(envs)
 
 
