@@ -154,13 +154,7 @@ class AsyncSchedule:
         pool = self.pool
         pool.check_usable()
         self._finish_reset(timeout)
-        available = len(self.fifo) + int((self.state == IN_FLIGHT).sum())
-        if available < batch_size:
-            raise NoPendingCallError(
-                f"recv() returns batch_size={batch_size} envs, but only {available} are in flight or ready; "
-                "send() actions to the envs of the last recv() first (or call async_reset())",
-                "send",
-            )
+        check_available(self.state, batch_size)
         deadline = pool.deadline(timeout)
         ready = pool._res.ready
         self._check_alive(None, None)  # else a dead worker's envs could vanish while others keep the batches full
@@ -260,3 +254,14 @@ def check_held(state: np.ndarray, env_ids: np.ndarray) -> None:
         )
     if len(np.unique(env_ids)) != len(env_ids):
         raise ValueError(f"env_ids must not repeat an env, got {env_ids.tolist()}")
+
+
+def check_available(state: np.ndarray, batch_size: int) -> None:
+    """Raise unless ``batch_size`` envs are in flight or queued, so that a recv can return."""
+    available = int(np.count_nonzero(state))  # in flight or queued: not held
+    if available < batch_size:
+        raise NoPendingCallError(
+            f"recv() returns batch_size={batch_size} envs, but only {available} are in flight or ready; "
+            "send() actions to the envs of the last recv() first (or call async_reset())",
+            "send",
+        )

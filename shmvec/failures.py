@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import signal
 
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from shmvec.errors import ClosedEnvError, MainModuleError, RemoteTraceback, WorkerDiedError
+from shmvec.errors import AlreadyPendingError, ClosedEnvError, MainModuleError, RemoteTraceback, WorkerDiedError
 from shmvec.protocol import ErrorReport
 from shmvec.shard import EnvFailed
 
@@ -83,10 +83,12 @@ def unguarded_main_error(exitcode: int | None, start_method: str) -> MainModuleE
 
 
 class Breakable:
-    """The closed/broken state every pool (local, Ray) shares: "broken" is one transition."""
+    """The closed/broken/pending state every pool (local, Ray) shares: "broken" is one transition."""
 
     closed = False
     _broken: str | None = None  # why the pool is unusable
+    pending: str | None = None  # "step" or "request": what the next wait collects
+    batches: Any  # the pool's async schedule (``busy``: sends in flight or results not received)
 
     def _break(self, reason: str, error: BaseException | type[BaseException] = WorkerDiedError) -> NoReturn:
         """Remember why the pool is unusable, and raise ``error`` (a class gets the reason and the hint to close)."""
@@ -95,6 +97,17 @@ class Breakable:
             error = error(reason + CLOSE_HINT)
         error.__suppress_context__ = True  # e.g. the broken pipe that revealed the death says nothing more
         raise error
+
+    def ensure_can_step(self, beside_sends: bool = False) -> None:
+        """Raise at once if a step cannot start now (closed, broken, or a call pending).
+        ``beside_sends``: async sends in flight do not stop it (an async reset of other envs)."""
+        self.check_usable()
+        if self.pending == "step":
+            raise AlreadyPendingError("step_async() called while a step is already pending; call step_wait() first", "step")
+        if self.pending == "request":
+            raise AlreadyPendingError("a call is pending; wait for it before stepping", "request")
+        if self.batches.busy and not beside_sends:
+            raise AlreadyPendingError("envs have sends in flight or results not received: recv() them first", "send")
 
     def check_usable(self) -> None:
         if self.closed:

@@ -63,7 +63,7 @@ from shmvec import layout as lay
 from shmvec import pickled
 from shmvec.autoconfig import describe_plan, plan_pool
 from shmvec.batches import AsyncSchedule
-from shmvec.errors import AlreadyPendingError, NoPendingCallError, ShmVecError, StepTimeoutError
+from shmvec.errors import NoPendingCallError, ShmVecError, StepTimeoutError
 from shmvec.failures import Breakable, main_shard_error, ranges, remote_error, unguarded_main_error
 from shmvec.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink, mp_context
 from shmvec.options import PoolOptions
@@ -183,17 +183,6 @@ class ShmPool(Breakable):
 
 
     # -- the synchronous step ------------------------------------------------------
-
-    def ensure_can_step(self, beside_sends: bool = False) -> None:
-        """Raise at once if a step cannot start now (closed, broken, or a call pending).
-        ``beside_sends``: async sends in flight do not stop it (an async reset of other envs)."""
-        self.check_usable()
-        if self.pending == "step":
-            raise AlreadyPendingError("step_async() called while a step is already pending; call step_wait() first", "step")
-        if self.pending == "request":
-            raise AlreadyPendingError("a call is pending; wait for it before stepping", "request")
-        if self.batches.busy and not beside_sends:
-            raise AlreadyPendingError("envs have sends in flight or results not received: recv() them first", "send")
 
     def step_async(self, pickled_actions: dict[tuple, Sequence[Any]] | None = None) -> None:
         """Start a step with the actions already written into :attr:`action_leaves`.

@@ -55,7 +55,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
 
 from shmvec import layout as lay
-from shmvec.batches import HELD, IN_FLIGHT, QUEUED, check_held
+from shmvec.batches import HELD, IN_FLIGHT, QUEUED, check_available, check_held
 from shmvec.errors import (
     AlreadyPendingError,
     NoPendingCallError,
@@ -368,16 +368,6 @@ class RayPool(Breakable):
 
     # -- the synchronous step ------------------------------------------------------------
 
-    def ensure_can_step(self, beside_sends: bool = False) -> None:
-        """Raise at once if a step cannot start now (closed, broken, or a call pending)."""
-        self.check_usable()
-        if self.pending == "step":
-            raise AlreadyPendingError("step_async() called while a step is already pending; call step_wait() first", "step")
-        if self.pending == "request":
-            raise AlreadyPendingError("a call is pending; wait for it before stepping", "request")
-        if self.batches.busy and not beside_sends:
-            raise AlreadyPendingError("envs have sends in flight or results not received: recv() them first", "send")
-
     def step_async(self, pickled_actions: dict[tuple, Sequence[Any]] | None = None) -> None:
         """Send each node its rows of :attr:`action_leaves` (and of ``pickled_actions``) and start its step."""
         self.ensure_can_step()
@@ -623,13 +613,7 @@ class RayBatches:
         """The first ``batch_size`` envs to come back (a node's envs come together), and their records."""
         pool = self.pool
         pool.check_usable()
-        available = len(self.fifo) + int((self.state == IN_FLIGHT).sum())
-        if available < batch_size:
-            raise NoPendingCallError(
-                f"recv() returns batch_size={batch_size} envs, but only {available} are in flight or ready; "
-                "send() actions to the envs of the last recv() first (or call async_reset())",
-                "send",
-            )
+        check_available(self.state, batch_size)
         if self.calls:  # take every answer there is, failed calls too: a dead node must not go unnoticed
             done, _ = ray.wait(list(self.calls), num_returns=len(self.calls), timeout=0, fetch_local=False)
             for ref in done:
