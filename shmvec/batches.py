@@ -187,7 +187,7 @@ class AsyncSchedule:
                 i = int(self.outbox[link.start + self.taken[k] % size])
                 self.taken[k] += 1
                 if self.env_status[i] != 0:  # its record or error follows on the pipe
-                    message = self.pool.message_from(link)
+                    message = self.pool.message_from(link, send_reply=True).payload
                     if isinstance(message, ErrorReport):
                         self.state[i] = HELD  # no result: the caller may send to it again
                         error = error or message

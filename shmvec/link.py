@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+from collections import deque
 from typing import Any
 
 import cloudpickle
@@ -18,7 +19,7 @@ import numpy as np
 
 from shmvec import layout as lay
 from shmvec.failures import describe_exit
-from shmvec.protocol import Command, ErrorReport, Status
+from shmvec.protocol import Command, ErrorReport, SendReply, Status
 from shmvec.sync import Signal
 from shmvec.worker import worker_main
 
@@ -26,6 +27,7 @@ LIVENESS_INTERVAL = 0.1  # seconds between checks that every worker is still ali
 # What the main process still expects from a worker.
 IDLE, AWAIT_DONE, AWAIT_PAYLOAD = 0, 1, 2
 # Plain ints for the hot path: attribute access on an IntEnum member costs ~1 µs.
+_POST_SPAN = lay.POST_SPAN
 _STATUS_OK = int(Status.OK)
 NOTHING = object()  # recv(): no message within the time slice
 
@@ -41,6 +43,7 @@ class WorkerLink:
         self.process: Any = None
         self.ctrl: np.ndarray | None = None  # its row of the control block, once the arena exists
         self.owes = IDLE
+        self.send_replies: deque[SendReply] = deque()  # read ahead of a rare call's reply
         self.seq = 0  # commands posted so far; the worker ignores a wake-up with no new one
 
     @property
@@ -63,9 +66,8 @@ class WorkerLink:
     def post(self, command: int) -> None:
         """Have the worker run ``command``; it answers through ``done`` (then the pipe if flagged)."""
         ctrl = self.ctrl
-        ctrl[lay.CTRL_COMMAND] = command
         self.seq += 1
-        ctrl[lay.CTRL_SEQ] = self.seq  # after the command: the worker reads them in this order
+        ctrl[lay.CTRL_POST] = self.seq * _POST_SPAN + command  # one store: see layout.CTRL_POST
         self.owes = AWAIT_DONE
         self.cmd.post()
 
@@ -76,16 +78,26 @@ class WorkerLink:
         self.owes = IDLE if self.ctrl[lay.CTRL_STATUS] == _STATUS_OK else AWAIT_PAYLOAD
         return True
 
-    def recv(self, timeout: float) -> Any:
+    def recv(self, timeout: float, send_reply: bool = False) -> Any:
         """One message from the worker, or :data:`NOTHING` if none came within ``timeout``.
+
+        ``send_reply``: the next :class:`~shmvec.protocol.SendReply` (an async send's), else
+        the next other message. A SendReply read while waiting for another reply is kept,
+        in order, for a later ``recv(send_reply=True)``.
 
         Raises ``EOFError``/``OSError`` when the pipe broke (the worker is exiting).
         """
-        if not self.conn.poll(timeout):
-            return NOTHING
-        message = pickle.loads(self.conn.recv_bytes())
-        self.owes = IDLE
-        return message
+        if send_reply and self.send_replies:
+            return self.send_replies.popleft()
+        while self.conn.poll(timeout):
+            message = pickle.loads(self.conn.recv_bytes())
+            if isinstance(message, SendReply) and not send_reply:
+                self.send_replies.append(message)
+                continue
+            if not send_reply:
+                self.owes = IDLE
+            return message
+        return NOTHING
 
     def send(self, blob: bytes) -> None:
         """Post a rare (pickled) request: the command first, so a large one cannot block on a full pipe."""
@@ -104,12 +116,13 @@ class WorkerLink:
     def last_words(self) -> ErrorReport | None:
         """The error report a dead worker sent before exiting, if any."""
         try:
-            if not self.conn.poll(0):
-                return None
-            message = pickle.loads(self.conn.recv_bytes())
+            while self.conn.poll(0):  # async sends' replies may come first
+                message = pickle.loads(self.conn.recv_bytes())
+                if isinstance(message, ErrorReport):
+                    return message
         except (EOFError, OSError, pickle.UnpicklingError):
-            return None
-        return message if isinstance(message, ErrorReport) else None
+            pass
+        return None
 
     def answered(self) -> bool:
         """Whether the worker owes nothing now (consumes its answer: only for a pool being declared broken)."""

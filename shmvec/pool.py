@@ -14,7 +14,7 @@ Start-up handshake (and again for a restarted worker, see :mod:`shmvec.restart`)
 Synchronous step (nothing pickled unless an env returned an info or ended)::
 
     step_async: write the action rows,
-      ctrl[k].command = STEP, post cmd[k] ───────▶ step each env, write obs/reward/flag rows
+      ctrl[k].post = STEP, post cmd[k] ──────────▶ step each env, write obs/reward/flag rows
     (main_shard: step the main shard meanwhile)    ctrl[k].status = OK | REPLY | ERROR
     step_wait: wait done[k] ◀───────────────────── post done[k]; then, unless OK, the pipe:
       (spin, then block in slices that check        [StepInfo, ...] or an ErrorReport
@@ -22,18 +22,19 @@ Synchronous step (nothing pickled unless an env returned an info or ended)::
 
 Rare calls (reset, get_attr, env_method, render, ...; :mod:`shmvec.requests`)::
 
-    requests.send: ctrl[k].command = MESSAGE,
+    requests.send: ctrl[k].post = MESSAGE,
       post cmd[k], pipe: Reset | RunOps ─────────▶ run it on the named envs
     requests.wait: wait done[k], recv ◀────────── status REPLY | ERROR; pipe: {env: result}
 
-Every command carries a sequence number (``ctrl[k].seq``): a wake-up with no new one is
-stale and ignored, and a worker runs the sends in its inbox before any other command.
+Every command carries a sequence number, in the same word (``ctrl[k].post``, one store):
+a wake-up with no new one is stale and ignored, and a worker runs the sends in its inbox
+before any other command.
 
 Async batches (``send``/``recv``, :mod:`shmvec.batches`; an async reset is a rare call
 whose envs :meth:`recv` then returns)::
 
     batches.send(env_ids): write their action rows;
-      inbox[k] += ids, ctrl[k].command = SEND,
+      inbox[k] += ids, ctrl[k].post = SEND,
       post cmd[k] ───────────────────────────────▶ for each new id, in order: step that env,
                                                     write its rows (pipe: its info or error),
     batches.recv(M): take the ids in the outboxes,  outbox[k] += id, ctrl[k].ready += 1,
@@ -277,13 +278,13 @@ class ShmPool(Breakable):
         timeout = self.timeout if timeout is None else timeout
         return None if timeout is None else time.monotonic() + timeout
 
-    def message_from(self, link: WorkerLink, timeout: float | None = None) -> Any:
-        """One message from ``link``, watching every worker's liveness meanwhile."""
+    def message_from(self, link: WorkerLink, timeout: float | None = None, send_reply: bool = False) -> Any:
+        """One message from ``link`` (``send_reply``: an async send's), watching every worker's liveness."""
         timeout = self.timeout if timeout is None else timeout
         deadline = self.deadline(timeout)
         while True:
             try:
-                message = link.recv(LIVENESS_INTERVAL)
+                message = link.recv(LIVENESS_INTERVAL, send_reply)
             except (EOFError, OSError) as exc:
                 self.blame_dead(link)
                 raise exc

@@ -24,7 +24,7 @@ from shmvec.errors import EnvError
 
 
 class Command(enum.IntEnum):
-    """Written by the main process in the worker's control row before posting to it."""
+    """Written by the main process in the worker's control row (with its seq) before posting to it."""
 
     STEP = 1  # step the shard with the actions in shared memory
     MESSAGE = 2  # a request object follows on the pipe
@@ -81,6 +81,16 @@ class RunOps:
     """Apply ``ops[i](env_i)`` to each named env and reply ``{i: result}``."""
 
     ops: dict[int, Callable[[gym.Env], Any]]
+
+
+class SendReply(NamedTuple):
+    """Async batches, worker -> main: the record ([StepInfo]) or ErrorReport of env ``env_index``'s step.
+
+    Typed apart from the replies to commands: it may reach the pipe ahead of a rare call's reply.
+    """
+
+    env_index: int
+    payload: Any
 
 
 class StepInfo(NamedTuple):

@@ -78,6 +78,7 @@ class Restarter:
         link.cmd.drain()
         link.done.drain()
         link.seq = 0
+        link.send_replies.clear()
         link.ctrl[:] = 0
         opts = pool.options
         try:

@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
-from shmvec.protocol import Attach, Command, ErrorReport, Reset, Status, StepInfo
+from shmvec.protocol import Attach, Command, ErrorReport, Reset, SendReply, Status, StepInfo
 from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.shm import attach
 from shmvec.sync import Signal
@@ -38,6 +38,7 @@ THREAD_ENV_VARS = (
 # Plain ints for the hot path: attribute access on an IntEnum member costs ~1 µs.
 _COMMAND_STEP, _COMMAND_SEND = int(Command.STEP), int(Command.SEND)
 _STATUS_OK, _STATUS_REPLY = int(Status.OK), int(Status.REPLY)
+_POST_SPAN = lay.POST_SPAN
 PARENT_CHECK_INTERVAL = 1.0  # seconds a worker blocks before checking its parent is alive
 ORPHAN_EXIT_CODE = 70  # the main process died while this worker was busy
 
@@ -66,6 +67,8 @@ def dumps(obj: Any) -> bytes:
 
 def _blame_unpicklable(reply: Any) -> None:
     """Raise EnvFailed for the env whose value in ``reply`` cannot be sent, with a note saying so."""
+    if isinstance(reply, SendReply):
+        reply = reply.payload
     if isinstance(reply, dict):  # reset / run_ops reply: {env index: value}
         items = [(i, value, "returned a value") for i, value in reply.items()]
     elif isinstance(reply, list):  # step reply: [StepInfo, ...]
@@ -188,16 +191,16 @@ def _start_afresh(worker: int, conn: mp.connection.Connection, shard: Shard) -> 
 
 def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[str, np.ndarray], sends: _Sends) -> None:
     row = views["ctrl"][worker]
-    seen = 0  # the last command's sequence number
+    seen = 0  # the control word of the last command run
     while True:
         if not cmd.wait(PARENT_CHECK_INTERVAL):
             continue  # idle; should the main process die, the orphan watchdog ends us
-        seq = row[lay.CTRL_SEQ]
-        if seq == seen:
+        word = int(row[lay.CTRL_POST])  # read once: the command goes with its seq
+        if word == seen:
             continue  # a stale wake-up: a SEND whose envs an earlier wake-up already stepped
-        seen = seq
+        seen = word
+        command = word % _POST_SPAN  # only a SEND can be skipped (posted twice before we woke): the inbox counts
         sends.run(row)  # sends come first, whatever the command: a reset of other envs may follow them
-        command = row[lay.CTRL_COMMAND]
         if command == _COMMAND_SEND:
             continue
         payload: Any = None
@@ -259,9 +262,9 @@ class _Sends:
                 if shard.pickled_out:  # observation leaves with no fixed size travel with the record
                     record = (record or StepInfo(i, {}))._replace(pickled_obs=shard.pickled_out.pop(i))
                 if record is not None:
-                    blob = dumps([record])
+                    blob = dumps(SendReply(i, [record]))
             except Exception as exc:
-                blob = dumps(capture(self.worker, exc))
+                blob = dumps(SendReply(i, capture(self.worker, exc)))
             self.env_status[i] = _STATUS_OK if blob is None else _STATUS_REPLY
             self.ready_ns[i] = time.monotonic_ns()
             self.outbox[start + self.published % size] = i

@@ -12,6 +12,7 @@ from faulty import Boom, env_fns
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from helpers import assert_same
 
+import shmvec.worker
 from shmvec import ShmVectorEnv, StepStateError, StepTimeoutError, WorkerDiedError
 from shmvec.errors import AlreadyPendingError, NoPendingCallError
 
@@ -301,3 +302,62 @@ def test_close_with_sends_in_flight_is_prompt(closing):
     start = time.monotonic()
     envs.close()
     assert time.monotonic() - start < 5
+
+
+def test_a_request_posted_while_a_worker_finishes_its_sends_runs_once(closing, monkeypatch):
+    """Regression: a worker must not pair a new command with the seq of the wake-up it is serving.
+
+    The worker used to read the seq, run its sends, then read the command: a reset posted
+    while it was still in its sends (once all of them were published) was run under the
+    SEND's seq and again under its own, and the second time the worker waited forever on
+    the pipe for a request that never came. Being descheduled at that point is rare; the
+    sleep (inherited through fork) makes it certain.
+    """
+    run_sends = shmvec.worker._Sends.run
+
+    def descheduled_after_sends(self, row):
+        published = self.published
+        run_sends(self, row)
+        if self.published > published:  # after publishing: the main process goes on meanwhile
+            time.sleep(0.05)
+
+    monkeypatch.setattr(shmvec.worker._Sends, "run", descheduled_after_sends)
+    envs = closing(ShmVectorEnv([FACTORIES["CartPole"]] * 2, 1, start_method="fork"))
+    envs.reset(seed=0)
+    for _ in range(3):
+        envs.send(np.zeros(2, dtype=np.int64), np.arange(2))
+        envs.recv(timeout=5)
+        envs.reset()  # posted while the worker sleeps after its sends
+
+
+class InfoAfterDelay(gym.Wrapper):
+    """CartPole whose steps take ``delay`` seconds and return a non-empty info (sent on the pipe)."""
+
+    def __init__(self, delay: float):
+        super().__init__(gym.make("CartPole-v1"))
+        self.delay = delay
+
+    def step(self, action):
+        time.sleep(self.delay)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {**info, "slow": True}
+
+
+def test_an_async_reset_reply_is_not_mistaken_for_a_send_result_before_it(closing):
+    """Regression: a send's info reaching the pipe ahead of an async reset's reply is kept for recv.
+
+    Env 1's step (in flight, with an info) finishes before the worker runs the reset of
+    env 0, so its info is on the pipe first; the reset's wait used to take it as its reply.
+    """
+    fns = [lambda: InfoAfterDelay(0.0), lambda: InfoAfterDelay(0.05)]
+    envs = closing(ShmVectorEnv(fns, 1, batch_size=1, autoreset_mode=AutoresetMode.DISABLED, start_method="fork"))
+    envs.async_reset(seed=0)
+    assert [envs.recv()[4]["env_id"][0] for _ in range(2)] == [0, 1]
+    envs.send(np.zeros(1, dtype=np.int64), np.array([1]))
+    envs.async_reset(options={"reset_mask": np.array([True, False])})
+    results = {}
+    for _ in range(2):
+        obs, rewards, terminations, truncations, infos = envs.recv(timeout=5)
+        results[int(infos["env_id"][0])] = (rewards[0], dict(infos))
+    assert results[0][0] == 0.0 and "slow" not in results[0][1], "env 0: its reset"
+    assert results[1][0] == 1.0 and results[1][1]["slow"].tolist() == [True], "env 1: its step, with its info"
