@@ -38,6 +38,7 @@ CTRL_POST = 0  # written by the main process: seq * POST_SPAN + command
 CTRL_STATUS = 1  # written by the worker: a protocol.Status
 CTRL_SENT = 2  # async batches: env ids the main process has put in the worker's inbox so far
 CTRL_READY = 3  # async batches: env ids the worker has put in its outbox so far
+CTRL_OBS_BUFFER = 4  # double-buffered observations: which buffer the posted command writes
 CTRL_WIDTH = 8
 POST_SPAN = 16  # > every protocol.Command
 
@@ -171,6 +172,7 @@ class ArenaLayout:
     nbytes: int
     pickled_obs_leaves: tuple[Leaf, ...] = ()  # no buffer: they travel through the pipe
     pickled_action_leaves: tuple[Leaf, ...] = ()
+    obs_buffers: int = 1  # 2: the observation leaves have two buffers, written in turn
 
     @classmethod
     def plan(
@@ -180,11 +182,14 @@ class ArenaLayout:
         n_envs: int,
         n_workers: int,
         final_obs: bool = False,
+        obs_buffers: int = 1,
     ) -> ArenaLayout:
         """Place every buffer. ``final_obs`` adds a row per env for the last observation of
         an episode (same-step auto-reset, flat observations only), so that an episode end
         needs no pickling: ``FINAL_OBS`` holds it and ``FINAL_FLAG[i]`` says it is there.
-        Pickled leaves get no buffer."""
+        ``obs_buffers=2`` gives every observation leaf a second buffer, so that a step can
+        write one while the caller still reads the other (see :meth:`obs_views`). Pickled
+        leaves get no buffer."""
         obs_leaves, pickled_obs_leaves = _split_pickled(flatten_space(observation_space))
         action_leaves, pickled_action_leaves = _split_pickled(flatten_space(action_space))
         wanted: list[tuple[str, tuple[int, ...], np.dtype]] = [
@@ -197,7 +202,9 @@ class ArenaLayout:
             (READY_NS, (n_envs,), np.dtype(np.int64)),
             (ENV_STATUS, (n_envs,), np.dtype(np.int8)),
         ]
-        wanted += [(obs_field(leaf.path), (n_envs, *leaf.shape), leaf.dtype) for leaf in obs_leaves]
+        wanted += [
+            (obs_field(leaf.path, b), (n_envs, *leaf.shape), leaf.dtype) for b in range(obs_buffers) for leaf in obs_leaves
+        ]
         wanted += [(action_field(leaf.path), (n_envs, *leaf.shape), leaf.dtype) for leaf in action_leaves]
         if final_obs and len(obs_leaves) == 1 and obs_leaves[0].path == () and obs_leaves[0].shape:
             wanted += [
@@ -210,7 +217,7 @@ class ArenaLayout:
             fields[name] = spec
             offset += -(-max(spec.nbytes, 1) // ALIGNMENT) * ALIGNMENT
         return cls(
-            fields, obs_leaves, action_leaves, max(offset, ALIGNMENT), pickled_obs_leaves, pickled_action_leaves
+            fields, obs_leaves, action_leaves, max(offset, ALIGNMENT), pickled_obs_leaves, pickled_action_leaves, obs_buffers
         )
 
     def views(self, buffer: Any) -> dict[str, np.ndarray]:
@@ -220,14 +227,19 @@ class ArenaLayout:
             for name, spec in self.fields.items()
         }
 
+    def obs_views(self, views: dict[str, np.ndarray], buffer: int = 0) -> dict[tuple[Any, ...], np.ndarray]:
+        """``{leaf path: view}`` of the fixed-size observation leaves in buffer ``buffer`` of ``views``."""
+        return {leaf.path: views[obs_field(leaf.path, buffer)] for leaf in self.obs_leaves}
+
 
 def _split_pickled(leaves: list[Leaf]) -> tuple[tuple[Leaf, ...], tuple[Leaf, ...]]:
     """(fixed-size leaves, pickled leaves), each in flattening order."""
     return tuple(leaf for leaf in leaves if not leaf.pickled), tuple(leaf for leaf in leaves if leaf.pickled)
 
 
-def obs_field(path: tuple[Any, ...]) -> str:
-    return f"obs{path!r}"  # repr keeps keys such as "a/b" or 1 vs "1" apart
+def obs_field(path: tuple[Any, ...], buffer: int = 0) -> str:
+    # repr keeps keys such as "a/b" or 1 vs "1" apart
+    return f"obs{path!r}" if buffer == 0 else f"obs{path!r}@{buffer}"
 
 
 def action_field(path: tuple[Any, ...]) -> str:

@@ -97,6 +97,10 @@ class ShmPool(Breakable):
         obs_space_match: ``obs_space_match(env0_space, env_space)``: whether an env's observation
             space fits env 0's (default: equality). The arena is laid out from env 0's space, so it
             must require the same leaves, shapes and dtypes (as ``is_space_dtype_shape_equiv``).
+        obs_buffers: 2 double-buffers the observation leaves: each :meth:`step_async` and
+            each :meth:`reset` of every env writes the other buffer, and :attr:`obs_leaves`
+            then names it, so the caller may read the previous observations, in place,
+            until the call after next starts (SB3's ``_last_obs``, zero-copy).
     """
 
     def __init__(
@@ -107,6 +111,7 @@ class ShmPool(Breakable):
         autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
         env_wrapper: Callable[[gym.Env], gym.Env] | None = None,
         obs_space_match: Callable[[gym.Space, gym.Space], bool] = operator.eq,
+        obs_buffers: int = 1,
     ):
         check_not_bootstrapping()  # a worker re-importing an unguarded main script stops here
         env_fns = check_env_fns(env_fns)
@@ -127,7 +132,7 @@ class ShmPool(Breakable):
         self.obs_space_match = obs_space_match  # restarted workers' envs must match too
         self.restarter = Restarter(self, env_fns, env_wrapper) if options.on_worker_failure == "restart" else None
         try:
-            self._start(env_fns, env_wrapper, obs_space_match)
+            self._start(env_fns, env_wrapper, obs_space_match, obs_buffers)
         except BaseException:
             self.close()  # also detaches the finalizer: no ResourceWarning for a failed start
             raise
@@ -138,7 +143,7 @@ class ShmPool(Breakable):
     def links(self) -> list[WorkerLink]:
         return self._res.links
 
-    def _start(self, env_fns, env_wrapper, obs_space_match) -> None:
+    def _start(self, env_fns, env_wrapper, obs_space_match, obs_buffers) -> None:
         res, opts, plan = self._res, self.options, self.plan
         ctx = mp_context(opts.start_method)
         for k in range(self.n_workers):
@@ -161,12 +166,15 @@ class ShmPool(Breakable):
             self.num_envs,
             self.n_workers,
             final_obs=self.autoreset_mode == AutoresetMode.SAME_STEP,
+            obs_buffers=obs_buffers,
         )
         res.arena = OwnedArena(self.layout.nbytes)
         res.ready = Signal.create(opts.max_spin)
         self.views = views = self.layout.views(res.arena.buf)
         self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
-        self.obs_leaves = {leaf.path: views[lay.obs_field(leaf.path)] for leaf in self.layout.obs_leaves}
+        self._obs_buffers = [self.layout.obs_views(views, b) for b in range(obs_buffers)]
+        self.obs_buffer = 0  # the buffer the last (or pending) step or reset writes
+        self.obs_leaves = self._obs_buffers[0]
         self.action_leaves = {leaf.path: views[lay.action_field(leaf.path)] for leaf in self.layout.action_leaves}
         self._final_obs, self._final_flag = views.get(lay.FINAL_OBS), views.get(lay.FINAL_FLAG)
         self.pickled = pickled.PickledLeaves(self.layout, self.shards, self.num_envs)
@@ -194,6 +202,8 @@ class ShmPool(Breakable):
         self.ensure_can_step()
         blobs = self.pickled.action_blobs(pickled_actions)  # before any post: a bad action sends nothing
         self.settle()
+        if len(self._obs_buffers) > 1:
+            self._next_obs_buffer()
         for link in self.links:
             link.post(_COMMAND_STEP)
             if blobs is not None:
@@ -233,8 +243,20 @@ class ShmPool(Breakable):
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         """``env_i.reset(**kwargs[i])`` for each named env; observations land in the arena
         (pickled leaves in :attr:`pickled.obs <shmvec.pickled.PickledLeaves.obs>`). Returns their infos."""
+        if len(self._obs_buffers) > 1 and len(kwargs) == self.num_envs:  # a partial reset keeps the others' rows
+            self.ensure_can_step()
+            self._next_obs_buffer()
         self.requests.send(Reset(kwargs))
         return self.requests.wait()
+
+    def _next_obs_buffer(self) -> None:
+        """Double-buffered: have the command about to be posted write the other observation buffer."""
+        self.obs_buffer ^= 1
+        self.obs_leaves = self._obs_buffers[self.obs_buffer]
+        for link in self.links:
+            link.ctrl[lay.CTRL_OBS_BUFFER] = self.obs_buffer  # before the post: the worker reads it after
+        if self.main is not None:
+            self.main.select_obs_buffer(self.obs_buffer)
 
     def run(self, ops: dict[int, Callable[[gym.Env], Any]]) -> dict[int, Any]:
         """Apply ``ops[i](env_i)`` inside the workers; return ``{i: result}``."""

@@ -287,7 +287,8 @@ class RayPool(Breakable):
         env_fns: callables that each build a new env; they are pickled to the nodes.
         options: :class:`~shmvec.options.PoolOptions` with ``backend="ray"``; ``n_workers``
             is per node.
-        autoreset_mode, env_wrapper, obs_space_match: as :class:`~shmvec.pool.ShmPool`'s.
+        autoreset_mode, env_wrapper, obs_space_match, obs_buffers: as :class:`~shmvec.pool.ShmPool`'s
+            (the double buffers are the driver's: the nodes' pools copy into Ray's object store).
     """
 
     def __init__(
@@ -298,9 +299,11 @@ class RayPool(Breakable):
         autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
         env_wrapper: Callable[[gym.Env], gym.Env] | None = None,
         obs_space_match: Callable[[gym.Space, gym.Space], bool] = operator.eq,
+        obs_buffers: int = 1,
     ):
         env_fns = check_env_fns(env_fns)
         self.options = options
+        self.obs_buffer, self._n_obs_buffers = 0, obs_buffers
         self.num_envs = len(env_fns)
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.timeout = options.timeout
@@ -357,10 +360,13 @@ class RayPool(Breakable):
         self.single_observation_space, self.single_action_space = info.spaces[0]
         self.env_metadata, self.env_render_mode, self.env_spec = info.metadata, info.render_mode, info.spec
         self.n_workers = sum(len(node.info.worker_pids) for node in self.nodes)
-        layout = lay.ArenaLayout.plan(self.single_observation_space, self.single_action_space, self.num_envs, len(bounds), final_obs=False)
+        layout = lay.ArenaLayout.plan(
+            self.single_observation_space, self.single_action_space, self.num_envs, len(bounds), obs_buffers=self._n_obs_buffers
+        )
         views = layout.views(bytearray(layout.nbytes))
         self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
-        self.obs_leaves = {leaf.path: views[lay.obs_field(leaf.path)] for leaf in layout.obs_leaves}
+        self._obs_buffers = [layout.obs_views(views, b) for b in range(self._n_obs_buffers)]
+        self.obs_leaves = self._obs_buffers[0]
         self.action_leaves = {leaf.path: views[lay.action_field(leaf.path)] for leaf in layout.action_leaves}
         self.pickled = PickledLeaves(layout, bounds, self.num_envs)
         self.requests = RayRequests(self)
@@ -372,6 +378,8 @@ class RayPool(Breakable):
         """Send each node its rows of :attr:`action_leaves` (and of ``pickled_actions``) and start its step."""
         self.ensure_can_step()
         self.pickled.action_blobs(pickled_actions)  # checks them: a bad action sends nothing
+        if self._n_obs_buffers > 1:
+            self._next_obs_buffer()
         self._step_refs = {}
         for node in self.nodes:
             rows = {path: leaf[node.start : node.stop] for path, leaf in self.action_leaves.items()}
@@ -395,8 +403,16 @@ class RayPool(Breakable):
 
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         """``env_i.reset(**kwargs[i])`` for each named env; returns their infos."""
+        if self._n_obs_buffers > 1 and len(kwargs) == self.num_envs:  # as ShmPool.reset
+            self.ensure_can_step()
+            self._next_obs_buffer()
         self.requests.send(Reset(kwargs))
         return self.requests.wait()
+
+    def _next_obs_buffer(self) -> None:
+        """Double-buffered: the results of the call about to start go to the other buffer."""
+        self.obs_buffer ^= 1
+        self.obs_leaves = self._obs_buffers[self.obs_buffer]
 
     def run(self, ops: dict[int, Callable[[gym.Env], Any]]) -> dict[int, Any]:
         """Apply ``ops[i](env_i)`` on the nodes; return ``{i: result}``."""

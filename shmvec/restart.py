@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium.vector import AutoresetMode
 
+from shmvec import layout as lay
 from shmvec.errors import SpaceMismatchError
 from shmvec.failures import describe_exit, remote_error
 from shmvec.link import IDLE, WorkerLink, mp_context
@@ -80,6 +81,7 @@ class Restarter:
         link.seq = 0
         link.send_replies.clear()
         link.ctrl[:] = 0
+        link.ctrl[lay.CTRL_OBS_BUFFER] = pool.obs_buffer  # its reset observations belong to the step in progress
         opts = pool.options
         try:
             link.spawn(mp_context(opts.start_method), *self._spawn_args, pool.plan.worker_spin, opts.worker_threads)

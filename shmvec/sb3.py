@@ -54,6 +54,14 @@ class ShmPoolVecEnv(VecEnv):
         env_fns: callables that each build a new Gymnasium env (lambdas are fine).
         n_workers: worker processes (see the pool options below).
         start_method: as SubprocVecEnv's (see the pool options below).
+        copy: ``True`` (default): :meth:`reset` and :meth:`step` return copies, which never
+            change. ``False``: zero-copy, they return views of the shared observation rows,
+            which are double-buffered: *an observation stays valid until the second
+            ``step``/``reset`` after the one that returned it starts*; that is, through the
+            next step, which is as long as SB3's algorithms and wrappers read it (they
+            read ``_last_obs`` after the next step returns, and copy what they keep into
+            their buffers). Copy what you keep longer. Infos (``terminal_observation``
+            included) are always your own objects.
         **pool_options: how the envs run, shared with every shmvec adapter
             (:class:`~shmvec.options.PoolOptions`): timeout, worker_threads, max_spin,
             main_shard, on_worker_failure, max_restarts, as below. In restart mode the envs
@@ -68,7 +76,7 @@ class ShmPoolVecEnv(VecEnv):
     tuples, as ``DummyVecEnv`` does; each env gets a dict (tuple) of its leaves' values.
     Actions are converted to the action space's dtype before they reach the envs
     (``DummyVecEnv`` passes them as given); pass integer actions for integer spaces.
-    Returned observations are copies: they never change when the next step runs.
+    Returned observations are copies, unless ``copy=False`` (see Args).
     """
 
     def __init__(
@@ -76,18 +84,27 @@ class ShmPoolVecEnv(VecEnv):
         env_fns: Sequence[Callable[[], gym.Env]],
         n_workers: int | None = None,
         start_method: str | None = None,
+        *,
+        copy: bool = True,
         **pool_options: Any,
     ):
         options = PoolOptions.from_kwargs(
             type(self).__name__, n_workers=n_workers, start_method=start_method, **pool_options
         )
-        self._pool = make_pool(env_fns, options, autoreset_mode=AutoresetMode.SAME_STEP, env_wrapper=ops.patch_legacy_env)
+        self.copy = bool(copy)
+        self._pool = make_pool(
+            env_fns,
+            options,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+            env_wrapper=ops.patch_legacy_env,
+            obs_buffers=1 if self.copy else 2,  # zero-copy: the caller reads one buffer while a step writes the other
+        )
         try:
             observation_space = self._pool.single_observation_space
             lay.require_fixed_size(observation_space, "observation", "ShmPoolVecEnv")  # SB3 needs arrays
             lay.require_fixed_size(self._pool.single_action_space, "action", "ShmPoolVecEnv")
             self.keys, _, _ = obs_space_info(observation_space)  # SB3's own check: no nested spaces
-            self._obs_views = [(key, self._pool.obs_leaves[() if key is None else (key,)]) for key in self.keys]
+            self._obs_paths = [(key, () if key is None else (key,)) for key in self.keys]
             action_space = self._pool.single_action_space
             # (path, shared buffer, leaf space) per action leaf; one with path () for a flat space
             self._action_leaves = [
@@ -152,7 +169,7 @@ class ShmPoolVecEnv(VecEnv):
                 info = record.info
                 info["TimeLimit.truncated"] = False
             infos[i] = info
-        return self._obs_copy(), pool.rewards.astype(np.float32), dones, infos
+        return self._observations(), pool.rewards.astype(np.float32), dones, infos
 
     def reset(self) -> VecEnvObs:
         kwargs = {}
@@ -164,15 +181,17 @@ class ShmPoolVecEnv(VecEnv):
         self.reset_infos = [reset_infos[i] for i in range(self.num_envs)]
         self._reset_seeds()
         self._reset_options()
-        return self._obs_copy()
+        return self._observations()
 
-    def _obs_copy(self) -> VecEnvObs:
+    def _observations(self) -> VecEnvObs:
+        """The observations of the last step or reset: copies, or views with ``copy=False``."""
+        leaves = self._pool.obs_leaves  # with copy=False, the buffer the last call wrote
         if self.keys == [None]:
-            return self._obs_views[0][1].copy()
-        copies = OrderedDict((key, view.copy()) for key, view in self._obs_views)
+            return leaves[()].copy() if self.copy else leaves[()]
+        values = OrderedDict((key, leaves[path].copy() if self.copy else leaves[path]) for key, path in self._obs_paths)
         if isinstance(self.observation_space, gym.spaces.Tuple):
-            return tuple(copies.values())
-        return copies
+            return tuple(values.values())
+        return values
 
     # -- rare calls ----------------------------------------------------------------
 

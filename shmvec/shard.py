@@ -47,9 +47,9 @@ class Shard:
         self._same_step = autoreset_mode == AutoresetMode.SAME_STEP
         self._next_step = autoreset_mode == AutoresetMode.NEXT_STEP
         self._action_space = action_space
-        self._obs_leaves = [(arena_views[lay.obs_field(leaf.path)], leaf.path) for leaf in layout.obs_leaves]
+        self._obs_buffers = [layout.obs_views(arena_views, b) for b in range(layout.obs_buffers)]
+        self.select_obs_buffer(0)
         self._action_leaves = [(arena_views[lay.action_field(leaf.path)], leaf.path) for leaf in layout.action_leaves]
-        self._flat_obs = self._obs_leaves[0][0] if self._obs_leaves and self._obs_leaves[0][1] == () else None
         self._flat_actions = self._action_leaves[0][0] if len(self._action_leaves) == 1 and self._action_leaves[0][1] == () else None
         self._pickled_obs_paths = tuple(leaf.path for leaf in layout.pickled_obs_leaves)
         # Whether a PickledActions message follows each STEP command on the pipe.
@@ -61,6 +61,17 @@ class Shard:
         self._final_flag = arena_views.get(lay.FINAL_FLAG)
 
     # -- buffers -------------------------------------------------------------------
+
+    @property
+    def double_buffered(self) -> bool:
+        """Whether each command says which observation buffer it writes (``CTRL_OBS_BUFFER``)."""
+        return len(self._obs_buffers) > 1
+
+    def select_obs_buffer(self, buffer: int) -> None:
+        """Write observations into buffer ``buffer`` from now on."""
+        leaves = self._obs_buffers[buffer]
+        self._obs_leaves = [(view, path) for path, view in leaves.items()]
+        self._flat_obs = leaves.get(()) if len(leaves) == 1 else None
 
     def _write_obs(self, i: int, obs: Any) -> None:
         if self._flat_obs is not None:

@@ -120,6 +120,8 @@ def worker_main(
         shard = Shard(envs, first_env, views, attach_msg.layout, attach_msg.autoreset_mode, envs[0].action_space)
         ready = Signal.open(attach_msg.ready_name)
         sends = _Sends(worker, conn, ready, shard, views)
+        if shard.double_buffered:  # a restarted worker joins the step in progress: its buffer
+            shard.select_obs_buffer(int(views["ctrl"][worker][lay.CTRL_OBS_BUFFER]))
         if attach_msg.restart:
             _start_afresh(worker, conn, shard)
         try:
@@ -192,6 +194,7 @@ def _start_afresh(worker: int, conn: mp.connection.Connection, shard: Shard) -> 
 def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[str, np.ndarray], sends: _Sends) -> None:
     row = views["ctrl"][worker]
     seen = 0  # the control word of the last command run
+    double_buffered = shard.double_buffered
     while True:
         if not cmd.wait(PARENT_CHECK_INTERVAL):
             continue  # idle; should the main process die, the orphan watchdog ends us
@@ -200,6 +203,8 @@ def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[st
             continue  # a stale wake-up: a SEND whose envs an earlier wake-up already stepped
         seen = word
         command = word % _POST_SPAN  # only a SEND can be skipped (posted twice before we woke): the inbox counts
+        if double_buffered:
+            shard.select_obs_buffer(int(row[lay.CTRL_OBS_BUFFER]))
         sends.run(row)  # sends come first, whatever the command: a reset of other envs may follow them
         if command == _COMMAND_SEND:
             continue

@@ -106,9 +106,10 @@ def restart_warning(worker: int, envs: str, pid: int, how: str) -> str:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("how, at", [("exit", AT), ("sigkill", AT), ("exit", LATE)])
-def test_sb3_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, how, at):
-    env, ref = sb3_pair(closing, die_once_fns(how, marker, at=at), start_method="fork", **RESTART)
+@pytest.mark.parametrize("how, at, copy", [("exit", AT, True), ("sigkill", AT, True), ("exit", LATE, True), ("exit", AT, False)])
+def test_sb3_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, how, at, copy):
+    """``copy=False``: the new worker writes its reset observations into the step's buffer."""
+    env, ref = sb3_pair(closing, die_once_fns(how, marker, at=at), start_method="fork", copy=copy, **RESTART)
     old = env_pids(env)
     actions = make_actions()
     ended = False

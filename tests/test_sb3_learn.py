@@ -73,10 +73,12 @@ def _train(algo, venv, total, kwargs):
     return model
 
 
+@pytest.mark.parametrize("copy", [True, False], ids=["copy", "zero_copy"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_learn_matches_dummy(name, closing):
+def test_learn_matches_dummy(name, copy, closing):
+    """With ``copy=False`` the algorithms read observations in place (double-buffered rows)."""
     algo, make, n_envs, n_workers, total, kwargs = CASES[name]
-    shm, dummy = make_pair([make] * n_envs, n_workers, closing)
+    shm, dummy = make_pair([make] * n_envs, n_workers, closing, copy=copy)
     threads = torch.get_num_threads()
     try:
         model = _train(algo, shm, total, kwargs)
