@@ -116,6 +116,12 @@ def _shm_gym_auto(env_fns, k):
     return None if env_fns is None else ShmVectorEnv(env_fns)
 
 
+def _shm_sb3_zero_copy(env_fns, k):
+    from shmvec import ShmPoolVecEnv
+
+    return None if env_fns is None else ShmPoolVecEnv(env_fns, copy=False)  # the default execution, no obs copy
+
+
 def _dummy(env_fns, k):
     from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -149,6 +155,8 @@ IMPLS: dict[str, Impl] = {
         Impl("shm_gym_main", "shmvec ShmVectorEnv main_shard", "gym", True, False, "shared memory", _shm_gym_main),
         Impl("shm_sb3_auto", "shmvec ShmPoolVecEnv default", "sb3", False, False, "shared memory", _shm_sb3_auto),
         Impl("shm_gym_auto", "shmvec ShmVectorEnv default", "gym", False, False, "shared memory", _shm_gym_auto),
+        Impl("shm_sb3_zero_copy", "shmvec ShmPoolVecEnv(copy=False)", "sb3", False, False, "shared memory, no copy",
+             _shm_sb3_zero_copy),
         Impl("dummy", "SB3 DummyVecEnv", "sb3", False, False, "in-process copy", _dummy),
         Impl("subproc", "SB3 SubprocVecEnv", "sb3", False, True, "pickled over pipes", _subproc),
         Impl("sync", "Gymnasium SyncVectorEnv", "gym", False, False, "in-process copy", _sync),

@@ -26,6 +26,7 @@ from bench.synthetic import SyntheticEnv
 
 ZERO_COST = "synth:0us:4"  # no env work: what is left is the vector env's own overhead
 IMAGE_150US = "synth:150us:84x84x4:uint8"  # the image target
+LARGE_OBS = "synth:0us:210x160x3:uint8"  # Atari-sized frames and no env work: the cost of copying them
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 

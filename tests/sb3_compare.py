@@ -79,10 +79,12 @@ def run_equivalence(
                 shm.set_options(reset_options)
                 dummy.set_options(reset_options)
         if step == steps // 2 + 5:
-            assert_same(shm.reset(), dummy.reset(), f"step {step} mid-run reset obs")
+            reset_obs = shm.reset()
+            assert_same(reset_obs, dummy.reset(), f"step {step} mid-run reset obs")
             assert_same(
                 shm.reset_infos, dummy.reset_infos, f"step {step} mid-run reset_infos"
             )
+            kept, kept_copy = reset_obs, copy.deepcopy(reset_obs)  # the call before the next step
         actions = sample_actions(space, n)
         if step % 3 == 0:
             shm.step_async(actions.copy())
@@ -92,15 +94,16 @@ def run_equivalence(
         dummy_out = dummy.step(actions.copy())
         check_step(shm_out, dummy_out, step)
         assert_same(shm.reset_infos, dummy.reset_infos, f"step {step} reset_infos")
-        # SB3 keeps _last_obs: the previous return must be untouched. (Only for the bare
-        # vec env: SB3's own VecFrameStack returns, and later updates, its stacking buffer.)
+        # SB3 keeps _last_obs: the previous call's obs must be untouched, also with
+        # copy=False (double-buffered). (Only for the bare vec env: SB3's own
+        # VecFrameStack returns, and later updates, its stacking buffer.)
         if kept is not None and not isinstance(shm, VecEnvWrapper):
             assert_same(
                 kept,
                 kept_copy,
                 f"step {step}: the previous step's returned obs changed",
             )
-        kept, kept_copy = shm_out, copy.deepcopy(shm_out)
+        kept, kept_copy = shm_out[0], copy.deepcopy(shm_out[0])
         for info, done in zip(dummy_out[3], dummy_out[2]):
             counts["done"] += int(done)
             if done:

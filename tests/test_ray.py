@@ -77,12 +77,20 @@ def track(env):
     return env
 
 
-def test_sb3_adapter_equals_dummy_vec_env(closing):
-    shm = closing(track(ShmPoolVecEnv([cartpole] * N, **RAY)))
+@pytest.mark.parametrize("copy", [True, False], ids=["copy", "zero_copy"])
+def test_sb3_adapter_equals_dummy_vec_env(closing, copy):
+    """``copy=False``: the driver's observation rows are double-buffered, as the local pool's."""
+    shm = closing(track(ShmPoolVecEnv([cartpole] * N, copy=copy, **RAY)))
     dummy = closing(DummyVecEnv([cartpole] * N))
     assert [node.info.node_id for node in shm._pool.nodes] != [shm._pool.nodes[0].info.node_id] * 2, "one node"
     counts = run_equivalence(shm, dummy, steps=100, seed=3)
     assert counts["done"] > 0
+    if not copy:
+        first = shm.step(np.zeros(N, dtype=np.int64))[0]
+        kept = first.copy()
+        second = shm.step(np.zeros(N, dtype=np.int64))[0]
+        assert_same(first, kept, "an observation lives through the next step")
+        assert not np.shares_memory(first, second) and np.shares_memory(first, shm.step(np.zeros(N, dtype=np.int64))[0])
 
 
 def test_gymnasium_adapter_equals_sync_vector_env(closing):

@@ -106,9 +106,10 @@ def restart_warning(worker: int, envs: str, pid: int, how: str) -> str:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("how, at, copy", [("exit", AT, True), ("sigkill", AT, True), ("exit", LATE, True), ("exit", AT, False)])
+@pytest.mark.parametrize("how, at, copy", [("exit", AT, True), ("sigkill", AT, True), ("exit", LATE, True), ("exit", AT + 1, False)])
 def test_sb3_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, how, at, copy):
-    """``copy=False``: the new worker writes its reset observations into the step's buffer."""
+    """``copy=False``: the new worker writes its reset observations into the step's buffer
+    (at AT + 1 that is buffer 1, the one a worker starting afresh would not pick by itself)."""
     env, ref = sb3_pair(closing, die_once_fns(how, marker, at=at), start_method="fork", copy=copy, **RESTART)
     old = env_pids(env)
     actions = make_actions()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gymnasium as gym
+import pytest
 from envs import make_image, make_mixed
 from helpers import assert_same
 from sb3_compare import (
@@ -28,9 +29,10 @@ def pendulum():
     return gym.make("Pendulum-v1", max_episode_steps=50)
 
 
-def test_vec_normalize(closing):
+@pytest.mark.parametrize("copy", [True, False], ids=["copy", "zero_copy"])
+def test_vec_normalize(closing, copy):
     for make, n, k in ((cartpole, 5, 2), (pendulum, 4, 3)):
-        shm, dummy = make_pair([make] * n, k, closing)
+        shm, dummy = make_pair([make] * n, k, closing, copy=copy)
         shm_w, dummy_w = VecNormalize(shm, gamma=0.9), VecNormalize(dummy, gamma=0.9)
         counts = run_equivalence(shm_w, dummy_w, 250, seed=3)
         assert counts["done"] > 0
@@ -47,9 +49,10 @@ def test_vec_normalize(closing):
         )
 
 
-def test_vec_frame_stack(closing):
+@pytest.mark.parametrize("copy", [True, False], ids=["copy", "zero_copy"])
+def test_vec_frame_stack(closing, copy):
     for make, n, k, stack in ((cartpole, 5, 2, 4), (make_image, 3, 2, 2)):
-        shm, dummy = make_pair([make] * n, k, closing)
+        shm, dummy = make_pair([make] * n, k, closing, copy=copy)
         shm_w, dummy_w = (
             VecFrameStack(shm, n_stack=stack),
             VecFrameStack(dummy, n_stack=stack),
@@ -59,14 +62,15 @@ def test_vec_frame_stack(closing):
         assert counts["done"] > 0
 
 
-def test_vec_transpose_image(closing):
-    shm, dummy = make_pair([make_image] * 5, 2, closing)
+@pytest.mark.parametrize("copy", [True, False], ids=["copy", "zero_copy"])
+def test_vec_transpose_image(closing, copy):
+    shm, dummy = make_pair([make_image] * 5, 2, closing, copy=copy)
     shm_w, dummy_w = VecTransposeImage(shm), VecTransposeImage(dummy)
     assert shm_w.observation_space.shape == (3, 12, 10)
     counts = run_equivalence(shm_w, dummy_w, 200, seed=6)
     assert counts["terminated"] > 0 and counts["truncated"] > 0
     # Stacked, then transposed: the layering SB3's own algorithms build for image envs.
-    shm2, dummy2 = make_pair([make_image] * 3, 3, closing)
+    shm2, dummy2 = make_pair([make_image] * 3, 3, closing, copy=copy)
     shm_w2 = VecTransposeImage(VecFrameStack(shm2, n_stack=3))
     dummy_w2 = VecTransposeImage(VecFrameStack(dummy2, n_stack=3))
     assert shm_w2.observation_space.shape == (9, 12, 10)
