@@ -140,6 +140,13 @@ def _sync(env_fns, k):
     return None if env_fns is None else SyncVectorEnv(env_fns)
 
 
+def _sync_same_step(env_fns, k):
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    # SB3's auto-reset: the baseline the issue names for ShmPoolVecEnv
+    return None if env_fns is None else SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
 def _async(env_fns, k):
     from gymnasium.vector import AsyncVectorEnv
 
@@ -160,6 +167,7 @@ IMPLS: dict[str, Impl] = {
         Impl("dummy", "SB3 DummyVecEnv", "sb3", False, False, "in-process copy", _dummy),
         Impl("subproc", "SB3 SubprocVecEnv", "sb3", False, True, "pickled over pipes", _subproc),
         Impl("sync", "Gymnasium SyncVectorEnv", "gym", False, False, "in-process copy", _sync),
+        Impl("sync_same", "Gymnasium SyncVectorEnv(SAME_STEP)", "gym", False, False, "in-process copy", _sync_same_step),
         Impl("async", "Gymnasium AsyncVectorEnv(shm)", "gym", False, True, "shared memory (infos pickled)", _async),
     ]
 }

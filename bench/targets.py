@@ -44,14 +44,15 @@ DEFAULTS = ("shm_sb3_auto", "shm_gym_auto")  # the default constructors: n_worke
 AUTO = (*DEFAULTS, "shm_sb3_zero_copy")  # every configuration with the default execution
 # Issue 10: the default constructor near the 2-core limit (K is ignored for AUTO: 0 in the tag).
 DEFAULT_TARGETS: list[Target] = [
-    Target("CartPole-v1", 64, 0, "sync", 1.8, "default, CartPole N=64", DEFAULTS),
+    # SyncVectorEnv in each adapter's mode: SAME_STEP for ShmPoolVecEnv (SB3's), NEXT_STEP for ShmVectorEnv.
+    Target("CartPole-v1", 64, 0, "sync_same", 1.8, "default, CartPole N=64", ("shm_sb3_auto",)),
+    Target("CartPole-v1", 64, 0, "sync", 1.8, "default, CartPole N=64", ("shm_gym_auto",)),
     Target("CartPole-v1", 64, 0, "dummy", 1.8, "default, CartPole N=64", ("shm_sb3_auto",)),
-    Target("CartPole-v1", 64, 2, "sync", 1.5, "explicit n_workers=2, CartPole N=64", ("shm_sb3", "shm_gym")),
+    Target("CartPole-v1", 64, 2, "sync_same", 1.5, "explicit n_workers=2, CartPole N=64", ("shm_sb3",)),
+    Target("CartPole-v1", 64, 2, "sync", 1.5, "explicit n_workers=2, CartPole N=64", ("shm_gym",)),
     Target("CartPole-v1", 8, 0, "dummy", 1.2, "default, CartPole N=8", ("shm_sb3_auto",)),
     *[Target("CartPole-v1", n, 0, "dummy", 0.95, "default, CartPole N=2..4", ("shm_sb3_auto",)) for n in (2, 3, 4)],
-    # Zero-copy SB3: the issue measured 0.91x for copying ShmPoolVecEnv and 1.67x for
-    # ShmVectorEnv(copy=False) here; copy=False should reach at least the latter.
-    Target(LARGE_OBS, 32, 0, "dummy", 1.67, "zero-copy SB3, 210x160x3 uint8, no env work, N=32", ("shm_sb3_zero_copy",)),
+    Target(LARGE_OBS, 32, 0, "dummy", 2.0, "zero-copy SB3, 210x160x3 uint8, no env work, N=32", ("shm_sb3_zero_copy",)),
 ]
 LIGHT_ENVS = ("CartPole-v1", "Acrobot-v1")
 LIGHT_NS = (2, 4, 16, 64, 256)

@@ -37,24 +37,25 @@ def build(name: str, env_fns: list[Callable[[], gym.Env]], n_workers: int):
         return DummyVecEnv(env_fns)
     if name == "SubprocVecEnv":
         return SubprocVecEnv(env_fns, start_method="fork")
-    if name.startswith("ShmPoolVecEnv (main"):
-        return ShmPoolVecEnv(env_fns, n_workers=n_workers - 1, start_method="fork", main_shard=True)
+    if name == DEFAULT:
+        return ShmPoolVecEnv(env_fns, start_method="fork")  # n_workers=None: chosen at start-up
     return ShmPoolVecEnv(env_fns, n_workers=n_workers, start_method="fork")
+
+
+DEFAULT = "ShmPoolVecEnv (default)"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="CartPole-v1", help="Gymnasium env id (default CartPole-v1)")
     parser.add_argument("--num-envs", type=int, default=64, help="envs per vector env (default 64)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel shards (default: cores)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes of the explicit configuration (default: cores)")
     parser.add_argument("--seconds", type=float, default=1.5, help="stepping time per round (default 1.5)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported (default 5)")
     args = parser.parse_args(argv)
 
     env_fns = [lambda: gym.make(args.env) for _ in range(args.num_envs)]
-    names = ["DummyVecEnv", "SubprocVecEnv", f"ShmPoolVecEnv ({args.workers} workers)"]
-    if args.workers >= 2:
-        names.append(f"ShmPoolVecEnv (main + {args.workers - 1} worker{'s' if args.workers > 2 else ''})")
+    names = ["DummyVecEnv", "SubprocVecEnv", DEFAULT, f"ShmPoolVecEnv ({args.workers} workers)"]
     print(f"{args.env}, {args.num_envs} envs, {os.cpu_count()} cores: {args.rounds} rounds of {args.seconds}s each")
 
     envs = {}
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> None:
             envs[name] = build(name, env_fns, args.workers)
             envs[name].seed(0)
             envs[name].reset()
+        print(f"the default chose: {envs[DEFAULT]!r}")
         space = envs[names[0]].action_space
         space.seed(0)
         actions = np.stack([np.stack([space.sample() for _ in range(args.num_envs)]) for _ in range(256)])

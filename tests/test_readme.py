@@ -45,3 +45,15 @@ def test_readme_example_runs_as_a_script(source, tmp_path):
     report = f"exit code {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
     assert result.returncode == 0, report
     assert "Traceback" not in result.stderr, report
+
+
+def test_the_demo_runs_and_says_what_the_default_chose(tmp_path):
+    """The README's first command ends with ``python -m shmvec.demo``; a short run of it here."""
+    done = subprocess.run(
+        [sys.executable, "-m", "shmvec.demo", "--num-envs", "4", "--seconds", "0.05", "--rounds", "1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "the default chose: ShmPoolVecEnv(num_envs=4" in done.stdout
+    rows = [line.split()[0] for line in done.stdout.splitlines()[-4:]]
+    assert rows == ["DummyVecEnv", "SubprocVecEnv", "ShmPoolVecEnv", "ShmPoolVecEnv"], done.stdout
