@@ -285,7 +285,7 @@ class ShmPool(Breakable):
                 message = [] if link.owes == IDLE else self.message_from(link, timeout)
             except RestartNeeded as need:
                 if dead is None:  # restarts happen in steps only
-                    self._break(need.death)
+                    self.break_for(need.death)
                 dead.append(link)
                 message = []
             if isinstance(message, ErrorReport):
@@ -336,6 +336,10 @@ class ShmPool(Breakable):
             self._break(str(unguarded), unguarded)
         no_restart = self.restarter.claim(link) if self.restarter else ""
         self._break(link.death() + no_restart)
+
+    def break_for(self, death: str) -> NoReturn:
+        """A worker died where it cannot be restarted (a rare call): raise WorkerDiedError."""
+        self._break(death)
 
     def blame_dead(self, link: WorkerLink) -> None:
         """The link's pipe broke: it is exiting. Raise what killed it once the exit is visible."""

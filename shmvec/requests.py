@@ -16,6 +16,7 @@ from shmvec.errors import NoPendingCallError
 from shmvec.failures import main_shard_error
 from shmvec.link import WorkerLink
 from shmvec.protocol import Reset, RunOps
+from shmvec.restart import RestartNeeded
 from shmvec.shard import EnvFailed
 
 if TYPE_CHECKING:
@@ -53,7 +54,10 @@ class Requests:
             try:
                 link.send(blobs[link.index])
             except OSError as exc:
-                pool.blame_dead(link)  # a dead worker's pipe: say which worker died, and how
+                try:
+                    pool.blame_dead(link)  # a dead worker's pipe: say which worker died, and how
+                except RestartNeeded as need:  # restarts happen in steps only
+                    pool.break_for(need.death)
                 raise exc
 
     def wait(self, timeout: float | None = None) -> dict[int, Any]:

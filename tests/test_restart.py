@@ -282,11 +282,15 @@ def test_default_still_raises(closing, marker, adapter):
 
 
 @pytest.mark.timeout(60)
-def test_death_during_a_rare_call_raises_even_in_restart_mode(closing, marker):
+@pytest.mark.parametrize("exited", [False, True], ids=["dying", "exited"])
+def test_death_during_a_rare_call_raises_even_in_restart_mode(closing, marker, exited):
+    """``exited``: the worker is gone before the call, whose request then meets a broken pipe."""
     env = closing(ShmVectorEnv(die_once_fns(None, marker), N_WORKERS, start_method="fork", **RESTART))
     env.reset(seed=0)
     pid = env_pids(env)[0]
     os.kill(pid, signal.SIGKILL)
+    if exited:
+        env._pool.links[0].process.join(5)
     with pytest.raises(WorkerDiedError, match=rf"worker 0 \(envs 0..1, pid {pid}\) died with signal SIGKILL"):
         env.call("pid")
 
