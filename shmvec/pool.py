@@ -71,6 +71,7 @@ from shmvec.options import PoolOptions
 from shmvec.protocol import Attach, Command, ErrorReport, Hello, Reset, RunOps, StepInfo
 from shmvec.requests import Requests
 from shmvec.resources import PoolResources, finalize_unclosed
+from shmvec.obs_buffers import ObsBuffers
 from shmvec.restart import Restarter, RestartNeeded
 from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
 from shmvec.shm import OwnedArena
@@ -83,7 +84,7 @@ _COMMAND_STEP = int(Command.STEP)  # a plain int for the hot path (IntEnum acces
 _count_nonzero = np.count_nonzero
 
 
-class ShmPool(Breakable):
+class ShmPool(ObsBuffers, Breakable):
     """Runs ``len(env_fns)`` envs in worker processes, stepping them through shared memory.
 
     This is the engine behind :class:`~shmvec.ShmPoolVecEnv` and
@@ -172,9 +173,7 @@ class ShmPool(Breakable):
         res.ready = Signal.create(opts.max_spin)
         self.views = views = self.layout.views(res.arena.buf)
         self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
-        self._obs_buffers = [self.layout.obs_views(views, b) for b in range(obs_buffers)]
-        self.obs_buffer = 0  # the buffer the last (or pending) step or reset writes
-        self.obs_leaves = self._obs_buffers[0]
+        self._init_obs_buffers(self.layout, views)
         self.action_leaves = {leaf.path: views[lay.action_field(leaf.path)] for leaf in self.layout.action_leaves}
         self._final_obs, self._final_flag = views.get(lay.FINAL_OBS), views.get(lay.FINAL_FLAG)
         self.pickled = pickled.PickledLeaves(self.layout, self.shards, self.num_envs)
@@ -243,16 +242,12 @@ class ShmPool(Breakable):
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         """``env_i.reset(**kwargs[i])`` for each named env; observations land in the arena
         (pickled leaves in :attr:`pickled.obs <shmvec.pickled.PickledLeaves.obs>`). Returns their infos."""
-        if len(self._obs_buffers) > 1 and len(kwargs) == self.num_envs:  # a partial reset keeps the others' rows
-            self.ensure_can_step()
-            self._next_obs_buffer()
+        self._turn_for_reset(kwargs)
         self.requests.send(Reset(kwargs))
         return self.requests.wait()
 
     def _next_obs_buffer(self) -> None:
-        """Double-buffered: have the command about to be posted write the other observation buffer."""
-        self.obs_buffer ^= 1
-        self.obs_leaves = self._obs_buffers[self.obs_buffer]
+        super()._next_obs_buffer()
         for link in self.links:
             link.ctrl[lay.CTRL_OBS_BUFFER] = self.obs_buffer  # before the post: the worker reads it after
         if self.main is not None:

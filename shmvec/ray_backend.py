@@ -66,6 +66,7 @@ from shmvec.errors import (
     WorkerDiedError,
 )
 from shmvec.failures import Breakable, ranges
+from shmvec.obs_buffers import ObsBuffers
 from shmvec.options import PoolOptions
 from shmvec.pickled import PickledLeaves
 from shmvec.pool import START_TIMEOUT, ShmPool
@@ -280,7 +281,7 @@ def _finalize_unclosed(res: NodeResources) -> None:
     res.shutdown()
 
 
-class RayPool(Breakable):
+class RayPool(ObsBuffers, Breakable):
     """The engine's interface (see :class:`~shmvec.pool.ShmPool`) over one local pool per Ray node.
 
     Args:
@@ -303,7 +304,7 @@ class RayPool(Breakable):
     ):
         env_fns = check_env_fns(env_fns)
         self.options = options
-        self.obs_buffer, self._n_obs_buffers = 0, obs_buffers
+        self._n_obs_buffers = obs_buffers
         self.num_envs = len(env_fns)
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.timeout = options.timeout
@@ -365,8 +366,7 @@ class RayPool(Breakable):
         )
         views = layout.views(bytearray(layout.nbytes))
         self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
-        self._obs_buffers = [layout.obs_views(views, b) for b in range(self._n_obs_buffers)]
-        self.obs_leaves = self._obs_buffers[0]
+        self._init_obs_buffers(layout, views)
         self.action_leaves = {leaf.path: views[lay.action_field(leaf.path)] for leaf in layout.action_leaves}
         self.pickled = PickledLeaves(layout, bounds, self.num_envs)
         self.requests = RayRequests(self)
@@ -403,16 +403,9 @@ class RayPool(Breakable):
 
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         """``env_i.reset(**kwargs[i])`` for each named env; returns their infos."""
-        if self._n_obs_buffers > 1 and len(kwargs) == self.num_envs:  # as ShmPool.reset
-            self.ensure_can_step()
-            self._next_obs_buffer()
+        self._turn_for_reset(kwargs)
         self.requests.send(Reset(kwargs))
         return self.requests.wait()
-
-    def _next_obs_buffer(self) -> None:
-        """Double-buffered: the results of the call about to start go to the other buffer."""
-        self.obs_buffer ^= 1
-        self.obs_leaves = self._obs_buffers[self.obs_buffer]
 
     def run(self, ops: dict[int, Callable[[gym.Env], Any]]) -> dict[int, Any]:
         """Apply ``ops[i](env_i)`` on the nodes; return ``{i: result}``."""

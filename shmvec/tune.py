@@ -31,6 +31,7 @@ import gymnasium as gym
 import numpy as np
 
 from shmvec import autoconfig
+from shmvec.demo import measure as steps_per_second
 
 MAX_PROCS = 64  # one-process-per-env implementations are skipped above this many envs
 
@@ -119,7 +120,7 @@ def measure(rows: list[Row], num_envs: int, seconds: float, repeats: int, progre
                 space.seed(0)
                 actions = np.asarray([[space.sample() for _ in range(num_envs)] for _ in range(64)], dtype=space.dtype)
                 env.reset() if row.api == "sb3" else env.reset(seed=0)
-                _rate(env, actions, min(0.2, seconds))  # warm-up
+                steps_per_second(env, actions, min(0.2, seconds))  # warm-up
                 live.append((row, env, actions))
             except Exception as exc:
                 row.error = f"{type(exc).__name__}: {exc}"
@@ -127,21 +128,11 @@ def measure(rows: list[Row], num_envs: int, seconds: float, repeats: int, progre
         for r in range(repeats):
             turn = live[r % len(live):] + live[: r % len(live)] if live else []
             for row, env, actions in turn:
-                row.samples.append(_rate(env, actions, seconds))
+                row.samples.append(steps_per_second(env, actions, seconds))
                 progress()
     finally:
         for _, env, _ in live:
             env.close()
-
-
-def _rate(env: Any, actions: np.ndarray, seconds: float) -> float:
-    steps, start = 0, time.perf_counter()
-    while True:
-        env.step(actions[steps % len(actions)])
-        steps += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return steps * actions.shape[1] / elapsed
 
 
 def _progress_bar(total: int) -> tuple[Callable[[], None], Callable[[], None]]:
