@@ -26,7 +26,7 @@ from shmvec import layout as lay
 from shmvec.protocol import Attach, Command, ErrorReport, Reset, SendReply, Status, StepInfo
 from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.shm import attach
-from shmvec.sync import Signal
+from shmvec.sync import Signal, WaitPolicy
 
 THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
@@ -94,7 +94,7 @@ def worker_main(
     first_env: int,
     cmd_name: str,
     done_name: str,
-    max_spin: float,
+    wait: WaitPolicy,
     n_threads: int | None,
     main_pid: int,
 ) -> None:
@@ -103,7 +103,7 @@ def worker_main(
     limit_threads(n_threads)
     parent_alive = _parent_watch(main_pid)
     _start_orphan_watchdog(parent_alive)
-    cmd, done = Signal.open(cmd_name, max_spin), Signal.open(done_name)
+    cmd, done = Signal.open(cmd_name, *wait), Signal.open(done_name)
     envs: list[gym.Env] = []
     try:
         try:

@@ -13,6 +13,7 @@ from helpers import assert_same
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, autoconfig
 from shmvec.autoconfig import ISOLATION_TOLERANCE, Plan, candidates, choose, explicit, predicted_step_time
+from shmvec.sync import WaitPolicy
 
 CORES = 2  # the decisions below are the 2-core machine's; the model is checked for other counts too
 
@@ -67,13 +68,19 @@ def test_candidates_are_every_lane_count_up_to_the_cores():
     assert candidates(1, 4) == [(0, True), (1, False)]
 
 
-def test_waits_spin_longer_only_when_every_busy_process_has_a_core():
+def test_waits_spin_steadily_only_when_every_busy_process_has_a_core():
     light = choose(64, CORES, 7e-6)  # main + 1 worker on 2 cores: the worker may spin through the main shard
-    assert light.worker_spin > 200e-6 and light.main_spin >= 200e-6
-    assert light.worker_spin <= autoconfig.MAX_WORKER_SPIN
-    crowded = explicit(64, CORES, 2, False)  # 2 workers + a waiting main process on 2 cores
-    assert (crowded.worker_spin, crowded.main_spin) == (200e-6, 200e-6)
-    assert choose(64, CORES, 7e-6, max_spin=0.0).worker_spin == 0.0  # max_spin=0 always blocks
+    assert not light.worker_wait.adaptive and not light.main_wait.adaptive
+    assert 200e-6 < light.worker_wait.max_spin <= autoconfig.MAX_SPIN
+    assert light.main_wait.max_spin >= 2 * 32 * 7e-6  # twice the worker's shard
+    two = explicit(64, CORES, 2, False)  # 2 workers on 2 cores; the main process only waits (yielding)
+    assert two.worker_wait == two.main_wait == WaitPolicy(autoconfig.MAX_SPIN, adaptive=False)
+    crowded = explicit(64, CORES, 3, False)  # more workers than cores: short, adaptive spins
+    assert crowded.worker_wait == crowded.main_wait == WaitPolicy(200e-6, adaptive=True)
+    assert explicit(64, CORES, 1, True).main_wait.adaptive is False  # main shard + 1 worker fit 2 cores
+    assert explicit(64, CORES, 2, True).main_wait.adaptive is True  # 3 lanes on 2 cores do not
+    never = choose(64, CORES, 7e-6, max_spin=0.0)  # max_spin=0 always blocks
+    assert never.worker_wait.max_spin == never.main_wait.max_spin == 0.0
 
 
 def test_explicit_is_obeyed():
@@ -140,5 +147,5 @@ def test_default_sb3_pool_repr(closing):
 
 def test_explicit_n_workers_gives_exactly_that_many_workers_and_no_main_shard(closing):
     shm = closing(ShmPoolVecEnv([cartpole] * 3, 3, start_method="fork"))
-    assert shm._pool.plan == Plan(3, False, shm._pool.plan.worker_spin, shm._pool.plan.main_spin, "n_workers=3 given")
+    assert shm._pool.plan == Plan(3, False, shm._pool.plan.worker_wait, shm._pool.plan.main_wait, "n_workers=3 given")
     assert len(shm._pool.links) == 3 and shm._pool.main is None

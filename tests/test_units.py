@@ -365,6 +365,21 @@ def test_signal_takes_a_pending_post_at_once_and_learns_nothing(monkeypatch, sig
     assert (signal._typical, signal._spin) == (0.0, 1e-3)
 
 
+def test_steady_signal_spins_its_full_bound_after_long_waits(monkeypatch):
+    signal = sync.Signal.create(1e-3, adaptive=False)
+    try:
+        clock = FakeTime(monkeypatch, signal, step=10e-3)  # a 10 ms wait: beyond the bound
+        for _ in range(3):
+            assert signal.wait(1.0) is True
+        assert signal._spin == 1e-3  # an adaptive signal stops spinning here (test above)
+        clock.step = 10e-6
+        yields = clock.yields
+        assert signal.wait(1.0) is True
+        assert clock.yields == yields + 1  # the next short wait is taken while spinning
+    finally:
+        signal.close()
+
+
 def test_signal_with_no_spin_never_spins(monkeypatch, signals):
     signal = signals(max_spin=0.0)
     clock = FakeTime(monkeypatch, signal, step=1e-6)
