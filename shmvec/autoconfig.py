@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shmvec.sync import WaitPolicy
+from shmvec.sync import MAX_SPIN, WaitPolicy
 
 logger = logging.getLogger("shmvec")
 
@@ -49,7 +49,6 @@ T_BOOK_FIXED = 10e-6  # the main process's per-step bookkeeping (adapters), any 
 T_BOOK_PER_ENV = 0.15e-6  # ... per env (observation copy, infos)
 T_WRITE_PER_ENV = 0.4e-6  # a shard writing one env's rows into shared memory, on top of the step
 ISOLATION_TOLERANCE = 0.05  # give up at most 5 % of predicted speed to keep envs out of the main process
-MAX_SPIN = 2e-3  # never spin longer than this: a worker's next command waits for the caller's policy
 TIMING_BUDGET = 0.05  # seconds spent timing the env at start-up
 TIMING_MAX_STEPS = 400
 TIMING_BATCH = 10  # steps per timed batch; the median batch is kept (a first call or a hiccup is not)
@@ -66,6 +65,9 @@ class Plan:
         main_wait: how the main process waits for the workers.
         reason: why, in a few words (shown by ``repr`` and logged).
         t_env: the measured seconds per env step, if it was measured.
+        tight_loop_spin: whether workers spin (up to :data:`~shmvec.sync.MAX_SPIN`) for
+            their next step while the caller steps in a tight loop (see
+            :class:`~shmvec.protocol.NextWait`); otherwise they wait as ``worker_wait`` says.
     """
 
     n_workers: int
@@ -74,6 +76,7 @@ class Plan:
     main_wait: WaitPolicy
     reason: str
     t_env: float | None = None
+    tight_loop_spin: bool = False
 
     def constructor_args(self) -> str:
         """The keyword arguments that build this plan explicitly, e.g. ``n_workers=1, main_shard=True``."""
@@ -161,33 +164,39 @@ def explicit(num_envs: int, cores: int, n_workers: int, main_shard: bool, max_sp
 
 
 def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason) -> Plan:
-    """Add the wait policy: steady spins while every busy process has a core, adaptive ones otherwise.
+    """Add the wait policies (:class:`~shmvec.sync.WaitPolicy`) of both sides.
 
-    Every busy process has a core when the lanes (workers, plus the main process if it
-    steps a shard) fit the cores: while workers step, a main process with no shard only
-    waits, sharing a core with a worker it yields to on every turn. Then spinning costs
-    nobody a core, so waits spin *steadily* (:class:`~shmvec.sync.WaitPolicy`) for as
-    long as the wait is expected to take: a worker through the main process's shard and
-    bookkeeping, the main process through the largest worker shard (twice that, at least
-    ``max_spin``, at most :data:`MAX_SPIN`; :data:`MAX_SPIN` when the env was not timed).
-    Measured with two workers on 2 cores, CartPole N=64: 790-800 µs per step against
-    960-1000 µs with adaptive waits, which block (and pay a ~80 µs wake-up) once the
-    workers' shards outgrow ``max_spin``.
+    When the lanes (workers, plus the main process if it steps a shard) fit the cores,
+    every busy process has a core: while the workers step, a main process with no shard
+    only waits, sharing a core with a worker it yields to on every turn. Then
 
-    Otherwise ``max_spin`` bounds the waits and they adapt: they stop spinning when waits
-    outgrow it, so processes that outnumber the cores do not steal each other's cores.
+    - the main process waits *steadily* for the workers, for twice the largest worker
+      shard's expected time (at least ``max_spin``, at most :data:`~shmvec.sync.MAX_SPIN`,
+      which it is when the env was not timed): a wake-up from a blocked wait costs ~80 µs
+      on a 2-core VM, a spinning one ~15 µs;
+    - a worker waits for its next step as the main process says with each step
+      (``tight_loop_spin``, :class:`~shmvec.protocol.NextWait`): spinning while the caller
+      steps in a tight loop, blocking at once while it computes between steps (a policy,
+      which a spinner would slow down: SB3 PPO on CartPole N=16 with two workers ran at
+      0.57-0.66x DummyVecEnv with workers spinning 200 µs per step, 0.87-0.90x blocking);
+      between other commands it waits *adaptively* within twice the main process's
+      expected cycle (its shard and bookkeeping; ``max_spin`` when not timed).
+
+    When the lanes outnumber the cores, both sides wait adaptively within ``max_spin``,
+    so processes do not steal each other's cores. ``max_spin=0`` always blocks.
     """
     lanes = n_workers + main_shard
     if max_spin == 0 or lanes > cores:
         return Plan(n_workers, main_shard, WaitPolicy(max_spin), WaitPolicy(max_spin), reason, t_env)
-    worker_spin = main_spin = MAX_SPIN
+    worker_spin, main_spin = max_spin, MAX_SPIN
     if t_env is not None:
         largest, main_envs = shard_sizes(num_envs, n_workers, main_shard)
         per_env = t_env + T_WRITE_PER_ENV
         main_cycle = main_envs * per_env + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs
         worker_spin = min(MAX_SPIN, max(max_spin, 2.0 * main_cycle))
         main_spin = min(MAX_SPIN, max(max_spin, 2.0 * largest * per_env))
-    return Plan(n_workers, main_shard, WaitPolicy(worker_spin, False), WaitPolicy(main_spin, False), reason, t_env)
+    worker_wait, main_wait = WaitPolicy(worker_spin), WaitPolicy(main_spin, adaptive=False)
+    return Plan(n_workers, main_shard, worker_wait, main_wait, reason, t_env, tight_loop_spin=True)
 
 
 def time_env_step(env_fn: Callable[[], object], budget: float = TIMING_BUDGET, max_steps: int = TIMING_MAX_STEPS) -> float:

@@ -39,6 +39,7 @@ CTRL_STATUS = 1  # written by the worker: a protocol.Status
 CTRL_SENT = 2  # async batches: env ids the main process has put in the worker's inbox so far
 CTRL_READY = 3  # async batches: env ids the worker has put in its outbox so far
 CTRL_OBS_BUFFER = 4  # double-buffered observations: which buffer the posted command writes
+CTRL_NEXT_WAIT = 5  # written by the main process with each STEP: a protocol.NextWait
 CTRL_WIDTH = 8
 POST_SPAN = 16  # > every protocol.Command
 

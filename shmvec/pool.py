@@ -68,7 +68,7 @@ from shmvec.errors import NoPendingCallError, ShmVecError, StepTimeoutError
 from shmvec.failures import Breakable, main_shard_error, ranges, remote_error, unguarded_main_error
 from shmvec.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink, mp_context
 from shmvec.options import PoolOptions
-from shmvec.protocol import Attach, Command, ErrorReport, Hello, Reset, RunOps, StepInfo
+from shmvec.protocol import Attach, Command, ErrorReport, Hello, NextWait, Reset, RunOps, StepInfo
 from shmvec.requests import Requests
 from shmvec.resources import PoolResources, finalize_unclosed
 from shmvec.obs_buffers import ObsBuffers
@@ -80,7 +80,13 @@ from shmvec.validation import check_env_fns, check_not_bootstrapping, check_same
 
 # With a timeout set, start-up gets at least this long: spawned workers import modules first.
 START_TIMEOUT = 30.0
-_COMMAND_STEP = int(Command.STEP)  # a plain int for the hot path (IntEnum access costs ~1 µs)
+# A caller that takes longer than this between steps computes there (a policy forward pass
+# takes 150 µs and more on a CPU); a bare stepping loop, adapters included, takes ~40 µs.
+CALLER_BUSY = 100e-6
+# Plain ints for the hot path (IntEnum access costs ~1 µs).
+_COMMAND_STEP = int(Command.STEP)
+_WAIT_BLOCK, _WAIT_SPIN = int(NextWait.BLOCK), int(NextWait.SPIN)
+_perf_counter = time.perf_counter
 _count_nonzero = np.count_nonzero
 
 
@@ -128,6 +134,7 @@ class ShmPool(ObsBuffers, Breakable):
         self.timeout = options.timeout
         self.start_limit = None if self.timeout is None else max(self.timeout, START_TIMEOUT)  # building envs
         self.pending: str | None = None  # "step" or "request": what the next wait collects
+        self._step_returned = 0.0  # when the last step_wait returned (perf_counter): the caller's time starts
         self._res = PoolResources()
         self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
         self.obs_space_match = obs_space_match  # restarted workers' envs must match too
@@ -203,6 +210,10 @@ class ShmPool(ObsBuffers, Breakable):
         self.settle()
         if len(self._obs_buffers) > 1:
             self._next_obs_buffer()
+        if self.plan.tight_loop_spin:  # how the workers wait for the next step: see protocol.NextWait
+            next_wait = _WAIT_BLOCK if _perf_counter() - self._step_returned > CALLER_BUSY else _WAIT_SPIN
+            for link in self.links:
+                link.ctrl[lay.CTRL_NEXT_WAIT] = next_wait
         for link in self.links:
             link.post(_COMMAND_STEP)
             if blobs is not None:
@@ -235,6 +246,7 @@ class ShmPool(ObsBuffers, Breakable):
             done = self.terminated | self.truncated
             if _count_nonzero(done):  # ~0.3 µs when no episode ended, instead of ~1.9 for flatnonzero
                 records = with_shm_finals(records, self._final_obs, (self._final_flag & done).nonzero()[0])
+        self._step_returned = _perf_counter()
         return records
 
     # -- rare calls ----------------------------------------------------------------

@@ -32,6 +32,19 @@ class Command(enum.IntEnum):
     SEND = 4  # async batches: step the envs newly put in the worker's inbox, one by one
 
 
+class NextWait(enum.IntEnum):
+    """Written by the main process with each step: how the worker waits for the step after it.
+
+    The main process knows what the worker cannot: whether its caller comes back at once
+    (a bare stepping loop: spinning through the wait saves a ~80 µs wake-up) or computes
+    between steps (a policy: a spinner would take a core from it).
+    """
+
+    OWN = 0  # as the worker's own WaitPolicy says (also for every command but STEP)
+    BLOCK = 1  # the caller computes between steps: block at once
+    SPIN = 2  # the caller steps in a tight loop and every busy process has a core: spin up to sync.MAX_SPIN
+
+
 class Status(enum.IntEnum):
     """Written by the worker before it posts ``done``."""
 

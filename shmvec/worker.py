@@ -23,10 +23,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
-from shmvec.protocol import Attach, Command, ErrorReport, Reset, SendReply, Status, StepInfo
+from shmvec.protocol import Attach, Command, ErrorReport, NextWait, Reset, SendReply, Status, StepInfo
 from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.shm import attach
-from shmvec.sync import Signal, WaitPolicy
+from shmvec.sync import MAX_SPIN, Signal, WaitPolicy
 
 THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
@@ -39,6 +39,7 @@ THREAD_ENV_VARS = (
 _COMMAND_STEP, _COMMAND_SEND = int(Command.STEP), int(Command.SEND)
 _STATUS_OK, _STATUS_REPLY = int(Status.OK), int(Status.REPLY)
 _POST_SPAN = lay.POST_SPAN
+_NEXT_SPIN = {int(NextWait.OWN): None, int(NextWait.BLOCK): 0.0, int(NextWait.SPIN): MAX_SPIN}  # see NextWait
 PARENT_CHECK_INTERVAL = 1.0  # seconds a worker blocks before checking its parent is alive
 ORPHAN_EXIT_CODE = 70  # the main process died while this worker was busy
 
@@ -195,8 +196,10 @@ def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[st
     row = views["ctrl"][worker]
     seen = 0  # the control word of the last command run
     double_buffered = shard.double_buffered
+    spin = None  # how long to spin for the next command (None: as cmd's WaitPolicy says)
     while True:
-        if not cmd.wait(PARENT_CHECK_INTERVAL):
+        if not cmd.wait(PARENT_CHECK_INTERVAL, spin):
+            spin = None
             continue  # idle; should the main process die, the orphan watchdog ends us
         word = int(row[lay.CTRL_POST])  # read once: the command goes with its seq
         if word == seen:
@@ -205,6 +208,7 @@ def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[st
         command = word % _POST_SPAN  # only a SEND can be skipped (posted twice before we woke): the inbox counts
         if double_buffered:
             shard.select_obs_buffer(int(row[lay.CTRL_OBS_BUFFER]))
+        spin = _NEXT_SPIN[row[lay.CTRL_NEXT_WAIT]] if command == _COMMAND_STEP else None
         sends.run(row)  # sends come first, whatever the command: a reset of other envs may follow them
         if command == _COMMAND_SEND:
             continue

@@ -68,13 +68,13 @@ def test_candidates_are_every_lane_count_up_to_the_cores():
     assert candidates(1, 4) == [(0, True), (1, False)]
 
 
-def test_waits_spin_steadily_only_when_every_busy_process_has_a_core():
-    light = choose(64, CORES, 7e-6)  # main + 1 worker on 2 cores: the worker may spin through the main shard
-    assert not light.worker_wait.adaptive and not light.main_wait.adaptive
-    assert 200e-6 < light.worker_wait.max_spin <= autoconfig.MAX_SPIN
-    assert light.main_wait.max_spin >= 2 * 32 * 7e-6  # twice the worker's shard
+def test_the_main_process_waits_steadily_only_when_every_busy_process_has_a_core():
+    light = choose(64, CORES, 7e-6)  # main + 1 worker on 2 cores
+    assert light.main_wait == WaitPolicy(2 * 32 * (7e-6 + autoconfig.T_WRITE_PER_ENV), adaptive=False)
+    assert light.worker_wait.adaptive and 200e-6 < light.worker_wait.max_spin <= autoconfig.MAX_SPIN
     two = explicit(64, CORES, 2, False)  # 2 workers on 2 cores; the main process only waits (yielding)
-    assert two.worker_wait == two.main_wait == WaitPolicy(autoconfig.MAX_SPIN, adaptive=False)
+    assert two.main_wait == WaitPolicy(autoconfig.MAX_SPIN, adaptive=False)
+    assert two.worker_wait == WaitPolicy(200e-6, adaptive=True)
     crowded = explicit(64, CORES, 3, False)  # more workers than cores: short, adaptive spins
     assert crowded.worker_wait == crowded.main_wait == WaitPolicy(200e-6, adaptive=True)
     assert explicit(64, CORES, 1, True).main_wait.adaptive is False  # main shard + 1 worker fit 2 cores

@@ -323,37 +323,60 @@ def test_signal_open_by_name_shares_the_semaphore(signals):
 
 class FakeTime:
     """Stands in for sync's clock and sched_yield, so that spin learning is deterministic:
-    each yield advances the clock by ``step`` seconds and then posts ``signal``, as a peer
-    answering after ``step`` would (a spinning wait takes that post right after the yield)."""
+    each yield advances the clock by ``step`` seconds and then, unless ``late``, posts
+    ``signal``, as a peer answering after ``step`` would (a spinning wait takes that post
+    right after the yield). With ``late`` the peer answers only once the wait blocks."""
 
-    def __init__(self, monkeypatch, signal: sync.Signal, step: float):
-        self.now, self.step, self.signal, self.yields = 100.0, step, signal, 0
+    def __init__(self, monkeypatch, signal: sync.Signal, step: float, late: bool = False):
+        self.now, self.step, self.signal, self.yields, self.late = 100.0, step, signal, 0, late
         monkeypatch.setattr(sync, "_perf_counter", lambda: self.now)
         monkeypatch.setattr(sync, "_sched_yield", self.sched_yield)
+        if late:
+            monkeypatch.setattr(signal, "_sem", AnswerWhenBlocked(signal._sem))
 
     def sched_yield(self) -> None:
         self.yields += 1
         self.now += self.step
-        self.signal.post()
+        if not self.late:
+            self.signal.post()
 
 
-def test_signal_spin_learns_short_waits(monkeypatch, signals):
+class AnswerWhenBlocked:
+    """A semaphore whose peer posts just as a waiter blocks on it (a wait longer than any spin)."""
+
+    def __init__(self, sem):
+        self.sem = sem
+
+    def __getattr__(self, name: str):  # value, unlink, close, ...
+        return getattr(self.sem, name)
+
+    def acquire(self, timeout: float | None = None) -> None:
+        if timeout != 0:
+            self.sem.release()
+        self.sem.acquire(timeout)
+
+
+def test_signal_spins_while_waits_end_within_its_bound(monkeypatch, signals):
     signal = signals(max_spin=1e-3)
     clock = FakeTime(monkeypatch, signal, step=10e-6)  # the peer answers within 10 µs
     for _ in range(60):
         assert signal.wait(1.0) is True
     assert clock.yields == 60  # every wait spun (and was answered while spinning)
-    assert signal._typical == pytest.approx(10e-6, rel=1e-6)
-    assert signal._spin == pytest.approx(20e-6, rel=1e-6)  # about twice the typical wait
+    assert (signal._hits, signal._spin) == (1.0, 1e-3)
 
 
-def test_signal_spin_turns_off_after_long_waits(monkeypatch, signals):
+def test_signal_stops_spinning_after_a_run_of_long_waits_not_after_one(monkeypatch, signals):
     signal = signals(max_spin=1e-3)
-    FakeTime(monkeypatch, signal, step=10e-3)  # the peer takes 10 ms: beyond max_spin
-    assert signal._spin == 1e-3
+    clock = FakeTime(monkeypatch, signal, step=10e-3, late=True)  # the peer takes 10 ms: beyond max_spin
     assert signal.wait(1.0) is True
-    assert signal._typical == pytest.approx(2.5e-3)
-    assert signal._spin == 0.0
+    assert signal._spin == 1e-3  # one long wait (a hiccup): still spinning
+    assert signal.wait(1.0) is True
+    assert signal.wait(1.0) is True
+    assert signal._spin == 0.0  # three in a row: blocking
+    clock.step, clock.late = 10e-6, False
+    for _ in range(sync.PROBE_EVERY * 3):  # short waits again: probes see it and turn spinning back on
+        assert signal.wait(1.0) is True
+    assert signal._spin == 1e-3
 
 
 def test_signal_takes_a_pending_post_at_once_and_learns_nothing(monkeypatch, signals):
@@ -362,17 +385,17 @@ def test_signal_takes_a_pending_post_at_once_and_learns_nothing(monkeypatch, sig
     signal.post()
     assert signal.wait(1.0) is True
     assert clock.yields == 0
-    assert (signal._typical, signal._spin) == (0.0, 1e-3)
+    assert (signal._hits, signal._spin) == (1.0, 1e-3)
 
 
-def test_steady_signal_spins_its_full_bound_after_long_waits(monkeypatch):
+def test_steady_signal_keeps_spinning_after_long_waits(monkeypatch):
     signal = sync.Signal.create(1e-3, adaptive=False)
     try:
-        clock = FakeTime(monkeypatch, signal, step=10e-3)  # a 10 ms wait: beyond the bound
-        for _ in range(3):
+        clock = FakeTime(monkeypatch, signal, step=10e-3, late=True)
+        for _ in range(5):
             assert signal.wait(1.0) is True
         assert signal._spin == 1e-3  # an adaptive signal stops spinning here (test above)
-        clock.step = 10e-6
+        clock.step, clock.late = 10e-6, False
         yields = clock.yields
         assert signal.wait(1.0) is True
         assert clock.yields == yields + 1  # the next short wait is taken while spinning
