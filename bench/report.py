@@ -6,6 +6,7 @@ Usage (from the repository root)::
     python bench/report.py --grid full --out /tmp/full
     python bench/report.py --grid custom --envs CartPole-v1,synth:1ms:4 --n 8,64 --k 1,2
     python bench/report.py --targets             # only the issue's target ratios, PASS/FAIL
+    python bench/report.py --targets --target-set default   # only issue 10's (the default configuration)
     python bench/report.py --sections async --out docs/bench   # async batches: appended to report.md
     python bench/report.py --sections ray --out docs/bench     # backend="ray": appended to report.md
 
@@ -39,7 +40,7 @@ from bench.impls import CORES, IMPLS, SHMVEC  # noqa: E402
 from bench.measure import SMOKE_TIMING, Plan, Result, Timing, measure_cell, plan_grid, preload_forkserver  # noqa: E402
 from bench.memory import measure_memory_isolated  # noqa: E402
 from bench.overhead import fit_overheads, model_points  # noqa: E402
-from bench.targets import AUTO, all_targets, plan_targets, run_targets  # noqa: E402
+from bench.targets import AUTO, DEFAULT_TARGETS, all_targets, plan_targets, run_targets  # noqa: E402
 from bench.workloads import IMAGE_150US, ZERO_COST, get_workload, raw_step_cost  # noqa: E402
 
 SECTIONS = ("grid", "overhead", "memory", "targets", "async", "ray")
@@ -91,6 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sections", type=_csv(str), default=["grid", "overhead", "memory"], help=f"any of {','.join(SECTIONS)}")
     p.add_argument("--ppo-timesteps", type=int, default=50_000, help="async section: timesteps of each PPO run")
     p.add_argument("--targets", action="store_true", help="only check the target ratios (same as --sections targets)")
+    p.add_argument("--target-set", choices=("all", "default"), default="all",
+                   help="targets section: every target, or only issue 10's (the default configuration)")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"), help="output directory")
     args = p.parse_args(argv)
     if args.targets:
@@ -205,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
 
     if "targets" in args.sections:
-        cells, checks = plan_targets(all_targets(), [i for i in (*SHMVEC, *AUTO) if i in args.impls])
+        targets = all_targets() if args.target_set == "all" else DEFAULT_TARGETS
+        cells, checks = plan_targets(targets, [i for i in (*SHMVEC, *AUTO) if i in args.impls])
         total = sum(len(c) for c in cells) * TARGET_TIMING.repeats
         with tqdm(total=total, desc="targets", unit="sample", file=sys.stderr) as bar:
             checks, target_results = run_targets(timing=replace(TARGET_TIMING, **({"repeats": args.repeats} if args.repeats else {})),

@@ -14,6 +14,7 @@ Start-up handshake (and again for a restarted worker, see :mod:`shmvec.restart`)
 Synchronous step (nothing pickled unless an env returned an info or ended)::
 
     step_async: write the action rows,
+      ctrl[k].next_wait (how to wait after it),
       ctrl[k].post = STEP, post cmd[k] ──────────▶ step each env, write obs/reward/flag rows
     (main_shard: step the main shard meanwhile)    ctrl[k].status = OK | REPLY | ERROR
     step_wait: wait done[k] ◀───────────────────── post done[k]; then, unless OK, the pipe:

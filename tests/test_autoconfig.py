@@ -12,7 +12,10 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from helpers import assert_same
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, autoconfig
+from shmvec import layout as lay
+from shmvec import pool as pool_module
 from shmvec.autoconfig import ISOLATION_TOLERANCE, Plan, candidates, choose, explicit, predicted_step_time
+from shmvec.protocol import NextWait
 from shmvec.sync import WaitPolicy
 
 CORES = 2  # the decisions below are the 2-core machine's; the model is checked for other counts too
@@ -149,3 +152,25 @@ def test_explicit_n_workers_gives_exactly_that_many_workers_and_no_main_shard(cl
     shm = closing(ShmPoolVecEnv([cartpole] * 3, 3, start_method="fork"))
     assert shm._pool.plan == Plan(3, False, shm._pool.plan.worker_wait, shm._pool.plan.main_wait, "n_workers=3 given")
     assert len(shm._pool.links) == 3 and shm._pool.main is None
+
+
+@pytest.mark.parametrize("caller_time, expected", [(10e-6, NextWait.SPIN), (1e-3, NextWait.BLOCK)])
+def test_workers_spin_for_the_next_step_only_while_the_caller_comes_straight_back(closing, monkeypatch, caller_time, expected):
+    clock = [100.0]
+    monkeypatch.setattr(pool_module, "_perf_counter", lambda: clock[0])
+    shm = closing(ShmPoolVecEnv([cartpole] * 2, n_workers=1, start_method="fork"))
+    assert shm._pool.plan.tight_loop_spin  # one worker fits the cores
+    shm.reset()
+    shm.step(np.zeros(2, dtype=np.int64))
+    clock[0] += caller_time  # the caller's time between two steps
+    shm.step(np.zeros(2, dtype=np.int64))
+    assert shm._pool.links[0].ctrl[lay.CTRL_NEXT_WAIT] == expected
+
+
+def test_workers_of_an_oversubscribed_pool_wait_as_their_own_policy_says(closing):
+    shm = closing(ShmPoolVecEnv([cartpole] * 4, n_workers=autoconfig.usable_cores() + 1, start_method="fork"))
+    assert not shm._pool.plan.tight_loop_spin
+    shm.reset()
+    for _ in range(3):
+        shm.step(np.zeros(4, dtype=np.int64))
+    assert {link.ctrl[lay.CTRL_NEXT_WAIT] for link in shm._pool.links} == {NextWait.OWN}

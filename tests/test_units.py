@@ -403,6 +403,17 @@ def test_steady_signal_keeps_spinning_after_long_waits(monkeypatch):
         signal.close()
 
 
+def test_signal_spins_as_told_for_one_wait_and_learns_nothing(monkeypatch, signals):
+    signal = signals(max_spin=0.0)  # would never spin on its own
+    clock = FakeTime(monkeypatch, signal, step=10e-6)
+    assert signal.wait(1.0, spin=1e-3) is True
+    assert clock.yields == 1
+    spinning = signals(max_spin=1e-3)
+    clock = FakeTime(monkeypatch, spinning, step=10e-6, late=True)
+    assert spinning.wait(1.0, spin=0.0) is True  # told to block: no spin
+    assert clock.yields == 0 and (spinning._hits, spinning._spin) == (1.0, 1e-3)
+
+
 def test_signal_with_no_spin_never_spins(monkeypatch, signals):
     signal = signals(max_spin=0.0)
     clock = FakeTime(monkeypatch, signal, step=1e-6)
