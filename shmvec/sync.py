@@ -17,11 +17,15 @@ A :class:`WaitPolicy` says which of two ways a signal waits:
   outgrew the bound once (the machine hiccuped) must not make the next ones block.
 - adaptive (``adaptive=True``): spin up to ``max_spin`` while most recent waits ended
   within it (a moving average of hits, at least :data:`MIN_HIT_RATE`), else block at
-  once. For waits that depend on the caller: a worker waiting for its next command
-  waits ~100 µs for the main process's bookkeeping in a bare stepping loop, but a
-  whole policy forward pass in training, where a spinner would take a core from the
-  policy (SB3 PPO on CartPole N=16 ran 18 % slower with steady worker spins). A few
-  waits beyond the bound (a hiccup) do not turn spinning off; a run of them does.
+  once. For waits nobody can predict: both sides while processes outnumber the cores
+  (long spins would take a core from a peer that needs it), a worker waiting for
+  async sends and rare calls. A few waits beyond the bound (a hiccup) do not turn
+  spinning off; a run of them does.
+
+One wait can be told how long to spin (``wait(timeout, spin=...)``), learning nothing:
+a worker's wait for its next step, which the main process predicts with each step
+(:class:`~shmvec.protocol.NextWait`: spin through a tight caller loop, block while the
+caller's policy computes, as a spinner would take a core from it).
 
 While an adaptive signal's spinning is off, every :data:`PROBE_EVERY`-th wait spins for
 the full ``max_spin`` again (a probe) and only probes update the hit rate: a blocked
