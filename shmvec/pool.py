@@ -242,7 +242,8 @@ class ShmPool(ObsBuffers, Breakable):
             replies[link.index] = self.restarter.restart_in_step(link)
         if main_infos:  # the envs' own objects; worker infos arrive as (pickled) copies
             main_infos = copy.deepcopy(main_infos)
-        records = self.pickled.keep_obs([info for reply in replies for info in reply] + main_infos)
+        records = [info for reply in replies for info in reply] + main_infos if any(replies) else main_infos
+        records = self.pickled.keep_obs(records)
         if self._final_flag is not None:
             done = self.terminated | self.truncated
             if _count_nonzero(done):  # ~0.3 µs when no episode ended, instead of ~1.9 for flatnonzero
@@ -283,6 +284,8 @@ class ShmPool(ObsBuffers, Breakable):
         With a ``dead`` list (restart mode, steps), a worker that died is appended to it,
         while the restart budget lasts, with an empty reply in its place, instead of raising.
         """
+        if not links:  # everything runs in the main process
+            return []
         deadline = self.deadline(timeout)
         replies, error = [], None
         for link in links:

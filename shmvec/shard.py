@@ -180,13 +180,18 @@ class Shard:
     def _write_rows(self, count: int, rewards: list, terms: list, truncs: list, rows: list) -> None:
         """Write the first ``count`` envs' results, one slice per field."""
         s, e = self.start, self.start + count
-        for view, values in ((self.reward, rewards), (self.terminated, terms), (self.truncated, truncs), (self._flat_obs, rows)):
-            if view is None:  # observations that are not one flat array were written as they came
-                continue
-            try:
-                view[s:e] = values if count == len(values) else values[:count]
-            except (ValueError, TypeError):  # values numpy cannot stack (e.g. (1, 4) observations): row by row
-                for k in range(count):
+        if count < len(rewards):  # an env raised: the envs before it
+            rewards, terms, truncs, rows = rewards[:count], terms[:count], truncs[:count], rows[:count]
+        flat = self._flat_obs  # None: observations that are not one flat array were written as they came
+        try:
+            self.reward[s:e] = rewards
+            self.terminated[s:e] = terms
+            self.truncated[s:e] = truncs
+            if flat is not None:
+                flat[s:e] = rows
+        except (ValueError, TypeError):  # values numpy cannot stack (e.g. (1, 4) observations): row by row
+            for view, values in ((self.reward, rewards), (self.terminated, terms), (self.truncated, truncs), (flat, rows)):
+                for k in range(count if view is not None else 0):
                     view[s + k] = values[k]
 
     def step_env(self, j: int, action: Any) -> StepInfo | None:
