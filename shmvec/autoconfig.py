@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shmvec.sync import MAX_SPIN, WaitPolicy
+from shmvec.sync import MAX_SPIN
 
 logger = logging.getLogger("shmvec")
 
@@ -61,19 +61,19 @@ class Plan:
     Attributes:
         n_workers: worker processes.
         main_shard: the main process steps the last shard itself.
-        worker_wait: how a worker waits for its next command.
-        main_wait: how the main process waits for the workers.
+        worker_spin: bound (seconds) of a worker's adaptive spin while it waits for a command.
+        main_spin: bound of the main process's adaptive spin while it waits for the workers.
         reason: why, in a few words (shown by ``repr`` and logged).
         t_env: the measured seconds per env step, if it was measured.
         tight_loop_spin: whether workers spin (up to :data:`~shmvec.sync.MAX_SPIN`) for
             their next step while the caller steps in a tight loop (see
-            :class:`~shmvec.protocol.NextWait`); otherwise they wait as ``worker_wait`` says.
+            :class:`~shmvec.protocol.NextWait`); otherwise they spin within ``worker_spin``.
     """
 
     n_workers: int
     main_shard: bool
-    worker_wait: WaitPolicy
-    main_wait: WaitPolicy
+    worker_spin: float
+    main_spin: float
     reason: str
     t_env: float | None = None
     tight_loop_spin: bool = False
@@ -164,39 +164,41 @@ def explicit(num_envs: int, cores: int, n_workers: int, main_shard: bool, max_sp
 
 
 def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason) -> Plan:
-    """Add the wait policies (:class:`~shmvec.sync.WaitPolicy`) of both sides.
+    """Add the wait policy: how long each side may spin (adaptively, see :mod:`shmvec.sync`).
 
     When the lanes (workers, plus the main process if it steps a shard) fit the cores,
     every busy process has a core: while the workers step, a main process with no shard
     only waits, sharing a core with a worker it yields to on every turn. Then
 
-    - the main process waits *steadily* for the workers, for twice the largest worker
-      shard's expected time (at least ``max_spin``, at most :data:`~shmvec.sync.MAX_SPIN`,
-      which it is when the env was not timed): a wake-up from a blocked wait costs ~80 µs
-      on a 2-core VM, a spinning one ~15 µs;
+    - the main process spins through the workers' shards: for twice the largest one's
+      expected time, if spinning that long is worth it (at most
+      :data:`~shmvec.sync.MAX_SPIN`; ``max_spin`` for longer shards, after which it
+      blocks), and :data:`~shmvec.sync.MAX_SPIN` when the env was not timed. A wake-up
+      from a blocked wait costs ~80 µs on a 2-core VM, a spinning one ~15 µs: two
+      workers on CartPole N=64 stepped in 720 µs against 960-1000 µs blocking;
     - a worker waits for its next step as the main process says with each step
       (``tight_loop_spin``, :class:`~shmvec.protocol.NextWait`): spinning while the caller
       steps in a tight loop, blocking at once while it computes between steps (a policy,
       which a spinner would slow down: SB3 PPO on CartPole N=16 with two workers ran at
       0.57-0.66x DummyVecEnv with workers spinning 200 µs per step, 0.87-0.90x blocking);
-      between other commands it waits *adaptively* within twice the main process's
-      expected cycle (its shard and bookkeeping; ``max_spin`` when not timed).
+      between other commands it spins within twice the main process's expected cycle
+      (its shard and bookkeeping; ``max_spin`` when not timed).
 
-    When the lanes outnumber the cores, both sides wait adaptively within ``max_spin``,
-    so processes do not steal each other's cores. ``max_spin=0`` always blocks.
+    When the lanes outnumber the cores, both sides spin within ``max_spin``, so
+    processes do not steal each other's cores. ``max_spin=0`` always blocks.
     """
     lanes = n_workers + main_shard
     if max_spin == 0 or lanes > cores:
-        return Plan(n_workers, main_shard, WaitPolicy(max_spin), WaitPolicy(max_spin), reason, t_env)
+        return Plan(n_workers, main_shard, max_spin, max_spin, reason, t_env)
     worker_spin, main_spin = max_spin, MAX_SPIN
     if t_env is not None:
         largest, main_envs = shard_sizes(num_envs, n_workers, main_shard)
         per_env = t_env + T_WRITE_PER_ENV
         main_cycle = main_envs * per_env + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs
         worker_spin = min(MAX_SPIN, max(max_spin, 2.0 * main_cycle))
-        main_spin = min(MAX_SPIN, max(max_spin, 2.0 * largest * per_env))
-    worker_wait, main_wait = WaitPolicy(worker_spin), WaitPolicy(main_spin, adaptive=False)
-    return Plan(n_workers, main_shard, worker_wait, main_wait, reason, t_env, tight_loop_spin=True)
+        main_spin = max(max_spin, 2.0 * largest * per_env)
+        main_spin = main_spin if main_spin <= MAX_SPIN else max_spin  # a spin that cannot cover the wait only costs
+    return Plan(n_workers, main_shard, worker_spin, main_spin, reason, t_env, tight_loop_spin=True)
 
 
 def time_env_step(env_fn: Callable[[], object], budget: float = TIMING_BUDGET, max_steps: int = TIMING_MAX_STEPS) -> float:
@@ -248,8 +250,7 @@ def plan_pool(n_workers: int | None, main_shard: bool | None, max_spin: float, e
             t_env = time_env_step(_wrapped(env_fns[0], env_wrapper))
         except Exception as exc:  # reported again, properly, when a worker builds it
             k = min(num_envs, cores) - bool(main_shard)
-            wait = WaitPolicy(max_spin)
-            plan = Plan(k, bool(main_shard), wait, wait, f"auto: timing env 0 failed ({type(exc).__name__})")
+            plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto: timing env 0 failed ({type(exc).__name__})")
         else:
             plan = choose(num_envs, cores, t_env, main_shard, max_spin)
     logger.info("shmvec pool of %d envs: %s", num_envs, describe_plan(plan))

@@ -20,7 +20,7 @@ import numpy as np
 from shmvec import layout as lay
 from shmvec.failures import describe_exit
 from shmvec.protocol import Command, ErrorReport, SendReply, Status
-from shmvec.sync import Signal, WaitPolicy
+from shmvec.sync import Signal
 from shmvec.worker import worker_main
 
 LIVENESS_INTERVAL = 0.1  # seconds between checks that every worker is still alive while waiting
@@ -35,10 +35,10 @@ NOTHING = object()  # recv(): no message within the time slice
 class WorkerLink:
     """The main process's end of worker ``index``, which runs envs ``[start, stop)``."""
 
-    def __init__(self, index: int, start: int, stop: int, wait: WaitPolicy):
+    def __init__(self, index: int, start: int, stop: int, max_spin: float):
         self.index, self.start, self.stop = index, start, stop
-        self.cmd = Signal.create()  # only the worker waits on it (with its own policy)
-        self.done = Signal.create(*wait)
+        self.cmd = Signal.create()  # only the worker waits on it (with its own max_spin)
+        self.done = Signal.create(max_spin)
         self.conn: Any = None
         self.process: Any = None
         self.ctrl: np.ndarray | None = None  # its row of the control block, once the arena exists
@@ -50,13 +50,12 @@ class WorkerLink:
     def envs(self) -> str:
         return f"envs {self.start}..{self.stop - 1}"
 
-    def spawn(self, ctx: Any, env_fns: list, env_wrapper: Any, wait: WaitPolicy, worker_threads: int | None) -> None:
-        """Start the worker process on its envs with a new pipe (at start-up and on restart);
-        ``wait``: how it waits for commands."""
+    def spawn(self, ctx: Any, env_fns: list, env_wrapper: Any, max_spin: float, worker_threads: int | None) -> None:
+        """Start the worker process on its envs with a new pipe (at start-up and on restart)."""
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         self.conn = parent_conn
         blob = cloudpickle.dumps((list(env_fns[self.start : self.stop]), env_wrapper))
-        args = (self.index, child_conn, blob, self.start, self.cmd.name, self.done.name, wait, worker_threads, os.getpid())
+        args = (self.index, child_conn, blob, self.start, self.cmd.name, self.done.name, max_spin, worker_threads, os.getpid())
         self.process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"shmvec-worker-{self.index}")
         self.process.start()
         child_conn.close()

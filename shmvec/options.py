@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-# Upper bound (seconds) of the adaptive spins (see autoconfig._with_waits for the longer,
-# steady ones while every busy process has a core). Measured here (CartPole N=64, 2 cores,
+# Upper bound (seconds) of the adaptive spins (autoconfig._with_waits allows longer ones
+# while every busy process has a core). Measured here (CartPole N=64, 2 cores,
 # vs SyncVectorEnv): 50 µs -> 1.29x (K=2) / 1.47x (main_shard); 200 µs -> 1.63x / 1.88x;
 # with K=4 on 2 cores (oversubscribed) 1.35x / 1.50x at 50 µs and 1.27x / 1.37x at 200 µs:
 # no collapse, as waits that outgrow it turn the spin off.
@@ -39,10 +39,10 @@ class PoolOptions:
             Building the envs at start-up gets at least 30 s.
         worker_threads: torch/OpenMP/BLAS threads per worker (default 1); ``None`` leaves
             them alone.
-        max_spin: seconds a waiter may spin before blocking while processes outnumber
-            the cores (spinning turns off while most waits outgrow it); while every busy
-            process has a core, waits the pool can predict spin longer (up to 2 ms, see
-            :mod:`shmvec.autoconfig`). ``0`` always blocks.
+        max_spin: seconds a waiter may spin before blocking (spinning turns off while most
+            waits outgrow it); while every busy process has a core, waits the pool can
+            predict may spin longer (up to 2 ms, see :mod:`shmvec.autoconfig`). ``0``
+            always blocks.
         main_shard: the main process steps one more shard itself (the last one) while the
             workers step theirs. Fastest for light envs, as no wake-up sits on the critical
             path, but those envs share the main process: a crash there is not isolated.

@@ -156,8 +156,8 @@ class ShmPool(ObsBuffers, Breakable):
         res, opts, plan = self._res, self.options, self.plan
         ctx = mp_context(opts.start_method)
         for k in range(self.n_workers):
-            res.links.append(WorkerLink(k, *self.shards[k], plan.main_wait))
-            res.links[k].spawn(ctx, env_fns, env_wrapper, plan.worker_wait, opts.worker_threads)
+            res.links.append(WorkerLink(k, *self.shards[k], plan.main_spin))
+            res.links[k].spawn(ctx, env_fns, env_wrapper, plan.worker_spin, opts.worker_threads)
         if self.main_shard:  # built while the workers build theirs
             start, stop = self.shards[-1]
             res.main_envs = build_envs(env_fns[start:stop], env_wrapper, start, where="the main process")

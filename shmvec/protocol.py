@@ -40,7 +40,7 @@ class NextWait(enum.IntEnum):
     between steps (a policy: a spinner would take a core from it).
     """
 
-    OWN = 0  # as the worker's own WaitPolicy says (also for every command but STEP)
+    OWN = 0  # adaptively, within the worker's max_spin (also after every command but STEP)
     BLOCK = 1  # the caller computes between steps: block at once
     SPIN = 2  # the caller steps in a tight loop and every busy process has a core: spin up to sync.MAX_SPIN
 

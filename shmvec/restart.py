@@ -84,7 +84,7 @@ class Restarter:
         link.ctrl[lay.CTRL_OBS_BUFFER] = pool.obs_buffer  # its reset observations belong to the step in progress
         opts = pool.options
         try:
-            link.spawn(mp_context(opts.start_method), *self._spawn_args, pool.plan.worker_wait, opts.worker_threads)
+            link.spawn(mp_context(opts.start_method), *self._spawn_args, pool.plan.worker_spin, opts.worker_threads)
             hello = pool.message_from(link, pool.start_limit)
             if isinstance(hello, ErrorReport):  # an env_fn raised
                 raise remote_error(hello)

@@ -9,31 +9,23 @@ the core). Spinning yields the core on every turn, so a spinner sharing a core w
 peer it waits for does not starve it (pure spinning is catastrophic when processes
 outnumber cores).
 
-A :class:`WaitPolicy` says which of two ways a signal waits:
-
-- steady (``adaptive=False``): spin up to ``max_spin`` every time. For a wait whose
-  length the pool knows and that nothing else needs the core for: the main process
-  waiting for the workers' shards while every busy process has a core. A wait that
-  outgrew the bound once (the machine hiccuped) must not make the next ones block.
-- adaptive (``adaptive=True``): spin up to ``max_spin`` while most recent waits ended
-  within it (a moving average of hits, at least :data:`MIN_HIT_RATE`), else block at
-  once. For waits nobody can predict: both sides while processes outnumber the cores
-  (long spins would take a core from a peer that needs it), a worker waiting for
-  async sends and rare calls. A few waits beyond the bound (a hiccup) do not turn
-  spinning off; a run of them does.
+The spin adapts: a signal spins up to ``max_spin`` while most recent waits ended within
+it (a moving average of hits, at least :data:`MIN_HIT_RATE`), and blocks at once while
+they outgrow it: the peer is busy for long (a policy computing between steps, heavy env
+shards), or needs our core. A few waits beyond the bound (a hiccup) do not turn
+spinning off; a run of them does. While spinning is off, every :data:`PROBE_EVERY`-th
+wait spins for the full ``max_spin`` again (a probe), and only probes update the hit
+rate: a blocked wait measures the peer's time *plus* our own wake-up, so learning from
+it kept spinning off for good once it was off, and the same pool settled spinning in one
+run and blocking in the next. An earlier rule, spinning for twice an average of the
+waits, turned off after one or two long waits (an average has no robustness to
+outliers): CartPole N=64, one worker and the main shard, ran at 0.65x the steps per
+second of waits that kept spinning.
 
 One wait can be told how long to spin (``wait(timeout, spin=...)``), learning nothing:
 a worker's wait for its next step, which the main process predicts with each step
 (:class:`~shmvec.protocol.NextWait`: spin through a tight caller loop, block while the
 caller's policy computes, as a spinner would take a core from it).
-
-While an adaptive signal's spinning is off, every :data:`PROBE_EVERY`-th wait spins for
-the full ``max_spin`` again (a probe) and only probes update the hit rate: a blocked
-wait measures the peer's time *plus* our own wake-up, so learning from it kept spinning
-off for good once it was off, and the same pool settled spinning in one run and
-blocking in the next. An earlier rule, spinning for twice an average of the waits,
-turned off after one or two long waits (an average has no robustness to outliers):
-CartPole N=64 with one worker and the main shard then ran at 0.65x the steady waits.
 
 The owner (main process) creates and unlinks every semaphore and registers it with
 Python's resource tracker so a SIGKILLed owner still leaves nothing in /dev/shm.
@@ -44,7 +36,6 @@ from __future__ import annotations
 import os
 import time
 from multiprocessing import resource_tracker
-from typing import NamedTuple
 
 import posix_ipc
 
@@ -54,49 +45,36 @@ _perf_counter = time.perf_counter
 _sched_yield = os.sched_yield
 PROBE_EVERY = 16  # while spinning is off, one wait in this many spins for max_spin to re-measure
 MAX_SPIN = 2e-3  # no wait spins longer (a wake-up costs ~80 µs at worst: spinning longer saves < 4 %)
-MIN_HIT_RATE = 0.5  # an adaptive signal spins while at least this share of recent waits ended within max_spin
+MIN_HIT_RATE = 0.5  # a signal spins while at least this share of recent waits ended within max_spin
 HIT_WEIGHT = 0.25  # weight of the newest wait in the moving average of hits
-
-
-class WaitPolicy(NamedTuple):
-    """How a :class:`Signal` waits (see the module docstring).
-
-    Attributes:
-        max_spin: seconds to spin before blocking, at most; 0 always blocks.
-        adaptive: learn from recent waits and block at once when they outgrow ``max_spin``.
-    """
-
-    max_spin: float = 0.0
-    adaptive: bool = True
 
 
 class Signal:
     """One named semaphore, initially 0.
 
     Args:
-        max_spin: upper bound, in seconds, of the spin before blocking; 0 disables spinning.
-        adaptive: whether the spin adapts to recent waits (see :class:`WaitPolicy`).
+        max_spin: upper bound, in seconds, of the adaptive spin before blocking;
+            0 disables spinning.
     """
 
-    def __init__(self, sem: posix_ipc.Semaphore, owner: bool, max_spin: float, adaptive: bool = True):
+    def __init__(self, sem: posix_ipc.Semaphore, owner: bool, max_spin: float):
         self._sem = sem
         self.name: str = sem.name
         self._owner = owner
         self.max_spin = max_spin
-        self.adaptive = adaptive
-        self._spin = max_spin  # current budget: max_spin or, for an adaptive signal, 0 while off
-        self._hits = 1.0  # moving average of "the wait ended within max_spin" (adaptive signals)
+        self._spin = max_spin  # current budget: max_spin, or 0 while spinning is off
+        self._hits = 1.0  # moving average of "the wait ended within max_spin"
         self._off_waits = 0  # waits since spinning turned off (counts to the next probe)
 
     @classmethod
-    def create(cls, max_spin: float = 0.0, adaptive: bool = True) -> Signal:
+    def create(cls, max_spin: float = 0.0) -> Signal:
         sem = posix_ipc.Semaphore("/" + unique_name("sem"), posix_ipc.O_CREX, initial_value=0)
         resource_tracker.register(sem.name, "semaphore")  # unlinked for us if we are killed
-        return cls(sem, owner=True, max_spin=max_spin, adaptive=adaptive)
+        return cls(sem, owner=True, max_spin=max_spin)
 
     @classmethod
-    def open(cls, name: str, max_spin: float = 0.0, adaptive: bool = True) -> Signal:
-        return cls(posix_ipc.Semaphore(name), owner=False, max_spin=max_spin, adaptive=adaptive)
+    def open(cls, name: str, max_spin: float = 0.0) -> Signal:
+        return cls(posix_ipc.Semaphore(name), owner=False, max_spin=max_spin)
 
     def post(self) -> None:
         self._sem.release()
@@ -104,7 +82,7 @@ class Signal:
     def wait(self, timeout: float, spin: float | None = None) -> bool:
         """Take one post, spinning first; False if none came within ``timeout`` seconds.
 
-        ``spin``: spin this long this time (nothing is learned), instead of as the policy says.
+        ``spin``: spin this long this time (nothing is learned), instead of adaptively.
         """
         sem = self._sem
         start = _perf_counter()
@@ -114,7 +92,7 @@ class Signal:
                 return True
             except posix_ipc.BusyError:
                 pass
-        learn = spin is None and self.adaptive
+        learn = spin is None
         spin = self._spin if spin is None else spin
         probe = False
         if learn and spin == 0.0 and self.max_spin > 0.0:

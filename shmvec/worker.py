@@ -26,7 +26,7 @@ from shmvec import layout as lay
 from shmvec.protocol import Attach, Command, ErrorReport, NextWait, Reset, SendReply, Status, StepInfo
 from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.shm import attach
-from shmvec.sync import MAX_SPIN, Signal, WaitPolicy
+from shmvec.sync import MAX_SPIN, Signal
 
 THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
@@ -95,7 +95,7 @@ def worker_main(
     first_env: int,
     cmd_name: str,
     done_name: str,
-    wait: WaitPolicy,
+    max_spin: float,
     n_threads: int | None,
     main_pid: int,
 ) -> None:
@@ -104,7 +104,7 @@ def worker_main(
     limit_threads(n_threads)
     parent_alive = _parent_watch(main_pid)
     _start_orphan_watchdog(parent_alive)
-    cmd, done = Signal.open(cmd_name, *wait), Signal.open(done_name)
+    cmd, done = Signal.open(cmd_name, max_spin), Signal.open(done_name)
     envs: list[gym.Env] = []
     try:
         try:
@@ -196,7 +196,7 @@ def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[st
     row = views["ctrl"][worker]
     seen = 0  # the control word of the last command run
     double_buffered = shard.double_buffered
-    spin = None  # how long to spin for the next command (None: as cmd's WaitPolicy says)
+    spin = None  # how long to spin for the next command (None: adaptively)
     while True:
         if not cmd.wait(PARENT_CHECK_INTERVAL, spin):
             spin = None

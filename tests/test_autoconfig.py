@@ -16,7 +16,7 @@ from shmvec import layout as lay
 from shmvec import pool as pool_module
 from shmvec.autoconfig import ISOLATION_TOLERANCE, Plan, candidates, choose, explicit, predicted_step_time
 from shmvec.protocol import NextWait
-from shmvec.sync import WaitPolicy
+from shmvec.sync import MAX_SPIN
 
 CORES = 2  # the decisions below are the 2-core machine's; the model is checked for other counts too
 
@@ -71,19 +71,20 @@ def test_candidates_are_every_lane_count_up_to_the_cores():
     assert candidates(1, 4) == [(0, True), (1, False)]
 
 
-def test_the_main_process_waits_steadily_only_when_every_busy_process_has_a_core():
-    light = choose(64, CORES, 7e-6)  # main + 1 worker on 2 cores
-    assert light.main_wait == WaitPolicy(2 * 32 * (7e-6 + autoconfig.T_WRITE_PER_ENV), adaptive=False)
-    assert light.worker_wait.adaptive and 200e-6 < light.worker_wait.max_spin <= autoconfig.MAX_SPIN
+def test_waits_spin_longer_only_when_every_busy_process_has_a_core():
+    light = choose(64, CORES, 7e-6)  # main + 1 worker on 2 cores: the main process spins through the worker's shard
+    assert light.main_spin == pytest.approx(2 * 32 * (7e-6 + autoconfig.T_WRITE_PER_ENV))
+    assert 200e-6 < light.worker_spin <= MAX_SPIN and light.tight_loop_spin
+    heavy = choose(16, CORES, 150e-6)  # 2 workers of 8 x 150 µs: no spin covers that wait, so it blocks
+    assert (heavy.n_workers, heavy.main_spin) == (2, 200e-6)
     two = explicit(64, CORES, 2, False)  # 2 workers on 2 cores; the main process only waits (yielding)
-    assert two.main_wait == WaitPolicy(autoconfig.MAX_SPIN, adaptive=False)
-    assert two.worker_wait == WaitPolicy(200e-6, adaptive=True)
-    crowded = explicit(64, CORES, 3, False)  # more workers than cores: short, adaptive spins
-    assert crowded.worker_wait == crowded.main_wait == WaitPolicy(200e-6, adaptive=True)
-    assert explicit(64, CORES, 1, True).main_wait.adaptive is False  # main shard + 1 worker fit 2 cores
-    assert explicit(64, CORES, 2, True).main_wait.adaptive is True  # 3 lanes on 2 cores do not
+    assert (two.main_spin, two.worker_spin, two.tight_loop_spin) == (MAX_SPIN, 200e-6, True)
+    crowded = explicit(64, CORES, 3, False)  # more workers than cores: short spins
+    assert (crowded.main_spin, crowded.worker_spin, crowded.tight_loop_spin) == (200e-6, 200e-6, False)
+    assert explicit(64, CORES, 1, True).tight_loop_spin  # main shard + 1 worker fit 2 cores
+    assert not explicit(64, CORES, 2, True).tight_loop_spin  # 3 lanes on 2 cores do not
     never = choose(64, CORES, 7e-6, max_spin=0.0)  # max_spin=0 always blocks
-    assert never.worker_wait.max_spin == never.main_wait.max_spin == 0.0
+    assert (never.worker_spin, never.main_spin, never.tight_loop_spin) == (0.0, 0.0, False)
 
 
 def test_explicit_is_obeyed():
@@ -150,7 +151,8 @@ def test_default_sb3_pool_repr(closing):
 
 def test_explicit_n_workers_gives_exactly_that_many_workers_and_no_main_shard(closing):
     shm = closing(ShmPoolVecEnv([cartpole] * 3, 3, start_method="fork"))
-    assert shm._pool.plan == Plan(3, False, shm._pool.plan.worker_wait, shm._pool.plan.main_wait, "n_workers=3 given")
+    plan = shm._pool.plan
+    assert (plan.n_workers, plan.main_shard, plan.reason) == (3, False, "n_workers=3 given")
     assert len(shm._pool.links) == 3 and shm._pool.main is None
 
 

@@ -388,21 +388,6 @@ def test_signal_takes_a_pending_post_at_once_and_learns_nothing(monkeypatch, sig
     assert (signal._hits, signal._spin) == (1.0, 1e-3)
 
 
-def test_steady_signal_keeps_spinning_after_long_waits(monkeypatch):
-    signal = sync.Signal.create(1e-3, adaptive=False)
-    try:
-        clock = FakeTime(monkeypatch, signal, step=10e-3, late=True)
-        for _ in range(5):
-            assert signal.wait(1.0) is True
-        assert signal._spin == 1e-3  # an adaptive signal stops spinning here (test above)
-        clock.step, clock.late = 10e-6, False
-        yields = clock.yields
-        assert signal.wait(1.0) is True
-        assert clock.yields == yields + 1  # the next short wait is taken while spinning
-    finally:
-        signal.close()
-
-
 def test_signal_spins_as_told_for_one_wait_and_learns_nothing(monkeypatch, signals):
     signal = signals(max_spin=0.0)  # would never spin on its own
     clock = FakeTime(monkeypatch, signal, step=10e-6)
