@@ -14,7 +14,7 @@ from helpers import assert_same
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, autoconfig
 from shmvec import layout as lay
 from shmvec import pool as pool_module
-from shmvec.autoconfig import ISOLATION_TOLERANCE, Plan, candidates, choose, explicit, predicted_step_time
+from shmvec.autoconfig import ISOLATION_TOLERANCE, candidates, choose, explicit, predicted_step_time
 from shmvec.protocol import NextWait
 from shmvec.sync import MAX_SPIN
 
