@@ -14,7 +14,12 @@ for ``P`` up to the usable cores, the one the overhead model predicts fastest::
 
 (``sync``: 0 in-process, :data:`T_SYNC_SPIN` when every busy process has a core,
 :data:`T_SYNC_BLOCK` when the main process waiting for workers would need one more),
-that is ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env / P + t_overhead)``. Among the
+that is ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env / P + t_overhead)``. The
+overheads are Python work (adapters, pool, worker loops), so they are scaled by how
+fast this machine runs Python (:func:`machine_scale`, a ~10 ms reference loop timed
+beside the env): on a VM 2-3x slower than the one they were calibrated on, two
+CartPole envs otherwise went to the main process and a worker, at 0.82-0.91x
+DummyVecEnv, instead of staying in-process. Among the
 candidates within :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env
 in the main process (heavy envs then run isolated in workers at no cost).
 
@@ -38,6 +43,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from shmvec.sync import MAX_SPIN
 
 logger = logging.getLogger("shmvec")
@@ -48,6 +55,10 @@ T_SYNC_BLOCK = 70e-6  # ... when they do not: the main process blocks and pays a
 T_BOOK_FIXED = 10e-6  # the main process's per-step bookkeeping (adapters), any configuration
 T_BOOK_PER_ENV = 0.15e-6  # ... per env (observation copy, infos)
 T_WRITE_PER_ENV = 0.4e-6  # a shard writing one env's rows into shared memory, on top of the step
+# reference_loop()'s time on the machine the T_* above were calibrated on. Estimated: the loop
+# and CartPole-v1's step timed alongside on a slower VM (21.8 µs, 21.2 µs), and CartPole's
+# step on the calibration machine (6.3 µs).
+REFERENCE_LOOP_TIME = 6.5e-6
 ISOLATION_TOLERANCE = 0.05  # give up at most 5 % of predicted speed to keep envs out of the main process
 TIMING_BUDGET = 0.05  # seconds spent timing the env at start-up
 TIMING_MAX_STEPS = 400
@@ -110,11 +121,14 @@ def shard_sizes(num_envs: int, n_workers: int, main_shard: bool) -> tuple[int, i
     return largest, main
 
 
-def predicted_step_time(num_envs: int, cores: int, t_env: float, n_workers: int, main_shard: bool) -> float:
-    """Seconds per synchronous vector step of this configuration (the overhead model)."""
+def predicted_step_time(
+    num_envs: int, cores: int, t_env: float, n_workers: int, main_shard: bool, scale: float = 1.0
+) -> float:
+    """Seconds per synchronous vector step of this configuration (the overhead model);
+    ``scale`` multiplies the overheads (:func:`machine_scale`)."""
     lanes = n_workers + main_shard
     largest, _ = shard_sizes(num_envs, n_workers, main_shard)
-    per_env = t_env + T_WRITE_PER_ENV
+    per_env = t_env + T_WRITE_PER_ENV * scale
     stepping = max(largest * per_env, num_envs * per_env / cores)  # more lanes than cores share them
     if n_workers == 0:
         sync = 0.0
@@ -122,7 +136,7 @@ def predicted_step_time(num_envs: int, cores: int, t_env: float, n_workers: int,
         sync = T_SYNC_SPIN
     else:
         sync = T_SYNC_BLOCK
-    return stepping + sync + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs
+    return stepping + (sync + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
 
 
 def candidates(num_envs: int, cores: int, main_shard: bool | None = None) -> list[tuple[int, bool]]:
@@ -136,8 +150,12 @@ def candidates(num_envs: int, cores: int, main_shard: bool | None = None) -> lis
     return pairs
 
 
-def choose(num_envs: int, cores: int, t_env: float, main_shard: bool | None = None, max_spin: float = 200e-6) -> Plan:
+def choose(
+    num_envs: int, cores: int, t_env: float, main_shard: bool | None = None, max_spin: float = 200e-6, scale: float = 1.0
+) -> Plan:
     """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
+
+    ``scale``: how much slower than the calibration machine this one runs Python (:func:`machine_scale`).
 
     Example:
         >>> plan = choose(num_envs=64, cores=2, t_env=8e-6)       # CartPole-like: a main shard pays
@@ -146,15 +164,21 @@ def choose(num_envs: int, cores: int, t_env: float, main_shard: bool | None = No
         >>> plan = choose(num_envs=8, cores=2, t_env=1e-3)        # heavy: workers cost nothing extra
         >>> plan.n_workers, plan.main_shard
         (2, False)
+        >>> plan = choose(num_envs=2, cores=2, t_env=20e-6, scale=3.0)  # a slow machine: round trips cost more
+        >>> plan.n_workers, plan.main_shard
+        (0, True)
     """
-    timed = [(predicted_step_time(num_envs, cores, t_env, k, main), k, main) for k, main in candidates(num_envs, cores, main_shard)]
+    timed = [
+        (predicted_step_time(num_envs, cores, t_env, k, main, scale), k, main)
+        for k, main in candidates(num_envs, cores, main_shard)
+    ]
     best = min(t for t, _, _ in timed)
     near = [(t, k, main) for t, k, main in timed if best / t >= 1.0 - ISOLATION_TOLERANCE]
     # No env in the main process if that is near the best, then the fastest, then fewest processes.
     step, k, main = min(near, key=lambda c: (c[2], c[0], c[1]))
-    serial = predicted_step_time(num_envs, cores, t_env, 0, True)
+    serial = predicted_step_time(num_envs, cores, t_env, 0, True, scale)
     reason = f"auto: {t_env * 1e6:.1f} µs/env step, {cores} cores, predicted {serial / step:.2f}x in-process"
-    return _with_waits(num_envs, cores, t_env, k, main, max_spin, reason)
+    return _with_waits(num_envs, cores, t_env, k, main, max_spin, reason, scale)
 
 
 def explicit(num_envs: int, cores: int, n_workers: int, main_shard: bool, max_spin: float = 200e-6) -> Plan:
@@ -163,7 +187,7 @@ def explicit(num_envs: int, cores: int, n_workers: int, main_shard: bool, max_sp
     return _with_waits(num_envs, cores, None, n_workers, main_shard, max_spin, reason)
 
 
-def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason) -> Plan:
+def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason, scale=1.0) -> Plan:
     """Add the wait policy: how long each side may spin (adaptively, see :mod:`shmvec.sync`).
 
     When the lanes (workers, plus the main process if it steps a shard) fit the cores,
@@ -193,8 +217,8 @@ def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason)
     worker_spin, main_spin = max_spin, MAX_SPIN
     if t_env is not None:
         largest, main_envs = shard_sizes(num_envs, n_workers, main_shard)
-        per_env = t_env + T_WRITE_PER_ENV
-        main_cycle = main_envs * per_env + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs
+        per_env = t_env + T_WRITE_PER_ENV * scale
+        main_cycle = main_envs * per_env + (T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
         worker_spin = min(MAX_SPIN, max(max_spin, 2.0 * main_cycle))
         main_spin = max(max_spin, 2.0 * largest * per_env)
         main_spin = main_spin if main_spin <= MAX_SPIN else max_spin  # a spin that cannot cover the wait only costs
@@ -230,6 +254,28 @@ def time_env_step(env_fn: Callable[[], object], budget: float = TIMING_BUDGET, m
         env.close()
 
 
+def reference_loop(rows=np.zeros((64, 4), np.float32), flags=np.zeros(64, bool)) -> None:
+    """A fixed piece of the kind of Python work the overheads are: small dicts, numpy slices and scalar writes."""
+    infos = [{"TimeLimit.truncated": False} for _ in range(64)]
+    for i in range(64):
+        flags[i] = False
+        infos[i]["env"] = i
+    rows[:32] = rows[32:]
+    (flags | flags).nonzero()
+
+
+def machine_scale(repeats: int = 50, batches: int = 9) -> float:
+    """How many times slower than the calibration machine this one runs :func:`reference_loop`
+    (the median of ``batches`` timings, ~10 ms in all); it scales the model's overheads."""
+    times = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            reference_loop()
+        times.append((time.perf_counter() - start) / repeats)
+    return statistics.median(times) / REFERENCE_LOOP_TIME
+
+
 def _step_or_reset(env, action) -> None:
     _, _, terminated, truncated, _ = env.step(action)
     if terminated or truncated:
@@ -252,7 +298,7 @@ def plan_pool(n_workers: int | None, main_shard: bool | None, max_spin: float, e
             k = min(num_envs, cores) - bool(main_shard)
             plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto: timing env 0 failed ({type(exc).__name__})")
         else:
-            plan = choose(num_envs, cores, t_env, main_shard, max_spin)
+            plan = choose(num_envs, cores, t_env, main_shard, max_spin, machine_scale())
     logger.info("shmvec pool of %d envs: %s", num_envs, describe_plan(plan))
     return plan
 

@@ -75,7 +75,7 @@ class _Make:
         return gym.make(self.env_id)
 
 
-def plan_rows(env_fn: Callable[[], gym.Env], num_envs: int, cores: int, t_env: float) -> list[Row]:
+def plan_rows(env_fn: Callable[[], gym.Env], num_envs: int, cores: int, t_env: float, scale: float = 1.0) -> list[Row]:
     """The implementations to measure: the references (those installed) and shmvec's candidates."""
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
@@ -95,7 +95,7 @@ def plan_rows(env_fn: Callable[[], gym.Env], num_envs: int, cores: int, t_env: f
     if num_envs <= MAX_PROCS:
         rows.append(Row("AsyncVectorEnv", "gym", lambda: AsyncVectorEnv(fns, shared_memory=True, autoreset_mode=AutoresetMode.SAME_STEP)))
     for k, main in autoconfig.candidates(num_envs, cores):
-        predicted = num_envs / autoconfig.predicted_step_time(num_envs, cores, t_env, k, main)
+        predicted = num_envs / autoconfig.predicted_step_time(num_envs, cores, t_env, k, main, scale)
         args = autoconfig.explicit(num_envs, cores, k, main).constructor_args()
         rows.append(
             Row(
@@ -150,7 +150,9 @@ def _progress_bar(total: int) -> tuple[Callable[[], None], Callable[[], None]]:
     return lambda: bar.update(), bar.close
 
 
-def report(env: str, num_envs: int, cores: int, t_env: float, plan: autoconfig.Plan, rows: list[Row]) -> dict:
+def report(
+    env: str, num_envs: int, cores: int, t_env: float, plan: autoconfig.Plan, rows: list[Row], scale: float = 1.0
+) -> dict:
     """What the tuner found, as a dict (the ``--json`` output)."""
     baseline = next((r.median for r in rows if r.name == "DummyVecEnv" and r.samples), None)
     baseline = baseline or next((r.median for r in rows if r.name == "SyncVectorEnv" and r.samples), None)
@@ -162,6 +164,7 @@ def report(env: str, num_envs: int, cores: int, t_env: float, plan: autoconfig.P
         "num_envs": num_envs,
         "cores": cores,
         "t_env_us": t_env * 1e6,
+        "machine_scale": scale,
         "recommended": {
             "n_workers": plan.n_workers,
             "main_shard": plan.main_shard,
@@ -217,15 +220,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--num-envs must be at least 1")
     env_fn = env_fn_from(args.env)
     cores = autoconfig.usable_cores()
-    t_env = autoconfig.time_env_step(env_fn)
-    plan = autoconfig.choose(args.num_envs, cores, t_env)  # what n_workers=None would choose
-    rows = plan_rows(env_fn, args.num_envs, cores, t_env)
+    t_env, scale = autoconfig.time_env_step(env_fn), autoconfig.machine_scale()
+    plan = autoconfig.choose(args.num_envs, cores, t_env, scale=scale)  # what n_workers=None would choose
+    rows = plan_rows(env_fn, args.num_envs, cores, t_env, scale)
     advance, close = _progress_bar(len(rows) * (args.repeats + 1))
     try:
         measure(rows, args.num_envs, args.seconds, args.repeats, advance)
     finally:
         close()
-    found = report(args.env, args.num_envs, cores, t_env, plan, rows)
+    found = report(args.env, args.num_envs, cores, t_env, plan, rows, scale)
     print(json.dumps(found, indent=2) if args.json else format_table(found))
     return 0
 

@@ -176,3 +176,16 @@ def test_workers_of_an_oversubscribed_pool_wait_as_their_own_policy_says(closing
     for _ in range(3):
         shm.step(np.zeros(4, dtype=np.int64))
     assert {link.ctrl[lay.CTRL_NEXT_WAIT] for link in shm._pool.links} == {NextWait.OWN}
+
+
+def test_a_slower_machine_keeps_few_light_envs_in_process():
+    fast, slow = choose(2, CORES, 20e-6, scale=1.0), choose(2, CORES, 20e-6, scale=3.0)
+    assert (fast.n_workers, fast.main_shard) == (1, True)  # a round trip pays for one env's step
+    assert (slow.n_workers, slow.main_shard) == (0, True)  # three times the overheads: it does not
+    assert predicted_step_time(64, CORES, 7e-6, 1, True, scale=2.0) > predicted_step_time(64, CORES, 7e-6, 1, True)
+
+
+def test_machine_scale_times_the_reference_loop(monkeypatch):
+    clock = iter(range(0, 1000, 2))  # every timed batch takes 2 s on the fake clock
+    monkeypatch.setattr(autoconfig.time, "perf_counter", lambda: next(clock))
+    assert autoconfig.machine_scale(repeats=4, batches=3) == pytest.approx(0.5 / autoconfig.REFERENCE_LOOP_TIME)

@@ -16,7 +16,7 @@ def test_tuner_smoke_json(capsys):
     assert "shmvec n_workers=0, main_shard=True" in names and "shmvec n_workers=1" in names
     assert all(row["steps_per_s"] and row["error"] is None for row in found["rows"]), found["rows"]
     rec = found["recommended"]
-    plan = autoconfig.choose(2, found["cores"], found["t_env_us"] * 1e-6)  # the choice n_workers=None makes
+    plan = autoconfig.choose(2, found["cores"], found["t_env_us"] * 1e-6, scale=found["machine_scale"])  # n_workers=None's choice
     assert (rec["n_workers"], rec["main_shard"]) == (plan.n_workers, plan.main_shard)
 
 
