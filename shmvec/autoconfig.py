@@ -254,8 +254,12 @@ def time_env_step(env_fn: Callable[[], object], budget: float = TIMING_BUDGET, m
         env.close()
 
 
-def reference_loop(rows=np.zeros((64, 4), np.float32), flags=np.zeros(64, bool)) -> None:
+_REFERENCE_ROWS, _REFERENCE_FLAGS = np.zeros((64, 4), np.float32), np.zeros(64, bool)  # reference_loop's buffers
+
+
+def reference_loop() -> None:
     """A fixed piece of the kind of Python work the overheads are: small dicts, numpy slices and scalar writes."""
+    rows, flags = _REFERENCE_ROWS, _REFERENCE_FLAGS
     infos = [{"TimeLimit.truncated": False} for _ in range(64)]
     for i in range(64):
         flags[i] = False

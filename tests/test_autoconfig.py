@@ -4,6 +4,8 @@ and pools built with it: they work, equal the references, and say what they chos
 from __future__ import annotations
 
 import logging
+import time
+import types
 
 import gymnasium as gym
 import numpy as np
@@ -159,7 +161,8 @@ def test_explicit_n_workers_gives_exactly_that_many_workers_and_no_main_shard(cl
 @pytest.mark.parametrize("caller_time, expected", [(10e-6, NextWait.SPIN), (1e-3, NextWait.BLOCK)])
 def test_workers_spin_for_the_next_step_only_while_the_caller_comes_straight_back(closing, monkeypatch, caller_time, expected):
     clock = [100.0]
-    monkeypatch.setattr(pool_module, "_perf_counter", lambda: clock[0])
+    fake_time = types.SimpleNamespace(perf_counter=lambda: clock[0], monotonic=time.monotonic)
+    monkeypatch.setattr(pool_module, "time", fake_time)  # the pool's clock only
     shm = closing(ShmPoolVecEnv([cartpole] * 2, n_workers=1, start_method="fork"))
     assert shm._pool.plan.tight_loop_spin  # one worker fits the cores
     shm.reset()
