@@ -1,12 +1,13 @@
 """Shards on Ray nodes: :class:`RayPool`, the engine's interface over one local pool per node.
 
 The envs are split into contiguous shards, one per node. On each node one Ray actor
-(:class:`NodeShard`) runs a local :class:`~shmvec.pool.ShmPool` over its shard, so shared
-memory and semaphores stay on that node. The driver keeps plain numpy arrays with the
-local pool's names and shapes (``obs_leaves``, ``rewards``, ...) and fills them from the
-nodes' answers: the adapters cannot tell the two engines apart. Env indices are global
-on the driver and in every record; a node's pool numbers its envs from 0, and the actor
-translates both ways.
+(:class:`~shmvec.ray_node.NodeShard`) runs a local :class:`~shmvec.pool.ShmPool` over its
+shard, so shared memory and semaphores stay on that node. This module is the driver's
+side; the node's (the actor, and the messages it sends back) is :mod:`shmvec.ray_node`.
+The driver keeps plain numpy arrays with the local pool's names and shapes
+(``obs_leaves``, ``rewards``, ...) and fills them from the nodes' answers: the adapters
+cannot tell the two engines apart. Env indices are global on the driver and in every
+record; a node's pool numbers its envs from 0, and the actor translates both ways.
 
 Synchronous step (one Ray call per node per step; numpy through the object store)::
 
@@ -33,14 +34,12 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import operator
-import os
-import re
 import time
 import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -60,7 +59,6 @@ from shmvec.errors import (
     AlreadyPendingError,
     NoPendingCallError,
     RemoteTraceback,
-    ShmVecError,
     StepStateError,
     StepTimeoutError,
     WorkerDiedError,
@@ -69,8 +67,9 @@ from shmvec.failures import Breakable, ranges
 from shmvec.obs_buffers import ObsBuffers
 from shmvec.options import PoolOptions
 from shmvec.pickled import PickledLeaves
-from shmvec.pool import START_TIMEOUT, ShmPool
+from shmvec.pool import START_TIMEOUT
 from shmvec.protocol import ErrorReport, Reset, RunOps, StepInfo
+from shmvec.ray_node import NodeInfo, NodeShard, Reborn, Rows, unlink_leftovers
 from shmvec.validation import check_env_fns, check_same_spaces
 
 # A node's own pool times out first (it gets the same timeout); the driver waits this much
@@ -78,160 +77,6 @@ from shmvec.validation import check_env_fns, check_same_spaces
 NODE_GRACE = 10.0
 CLOSE_TIMEOUT = 10.0  # seconds close() gives the node actors to close their pools before killing them
 SWEEP_TIMEOUT = 10.0  # seconds for the clean-up task after a node actor died
-
-
-# -- the node side ----------------------------------------------------------------------
-
-
-class Reborn(NamedTuple):
-    """A node actor's answer to any call after Ray re-created it, until the driver resets it:
-    the driver must learn of the restart even when no call was in flight at the death."""
-
-
-class Rows(NamedTuple):
-    """A node's answer: its rows of the arrays (all its envs, or ``ids``), and what else it returned."""
-
-    ids: np.ndarray | None  # global env ids of the rows; None: all of the node's envs, in order
-    obs: dict[tuple, np.ndarray]
-    rewards: np.ndarray | None = None  # None for a reset or an op: only observations changed
-    terminated: np.ndarray | None = None
-    truncated: np.ndarray | None = None
-    pickled_obs: dict[tuple, list] | None = None  # leaves with no fixed size: one value per row
-    records: list[StepInfo] = []
-    replies: dict[int, Any] | None = None  # a request's results by global env index
-
-
-@dataclasses.dataclass
-class NodeInfo:
-    """What a node actor tells the driver once it has built its envs."""
-
-    node_id: str
-    ip: str
-    pid: int  # the actor's process
-    worker_pids: list[int]
-    spaces: list[tuple[gym.Space, gym.Space]]
-    metadata: dict[str, Any]
-    render_mode: str | None
-    spec: Any
-
-
-class NodeShard:
-    """Runs envs ``[start, start + len(env_fns))`` on one node in a local pool (the body of a Ray actor)."""
-
-    def __init__(self, index: int, start: int, env_fns: list, options: PoolOptions, engine_kwargs: dict):
-        self.index, self.start = index, start
-        self.pool: ShmPool | None = None
-        self.failure: ErrorReport | None = None
-        self.reborn = ray.get_runtime_context().was_current_actor_reconstructed
-        try:
-            self.pool = ShmPool(env_fns, options, **engine_kwargs)
-        except BaseException as exc:  # reported by describe(): a failed actor constructor loses the exception
-            self.failure = self._report(exc)
-
-    def describe(self) -> NodeInfo | ErrorReport:
-        if self.failure is not None:
-            return self.failure
-        pool = self.pool
-        return NodeInfo(
-            ray.get_runtime_context().get_node_id(),
-            ray.util.get_node_ip_address(),
-            os.getpid(),
-            [link.process.pid for link in pool.links],
-            [(pool.single_observation_space, pool.single_action_space)] * pool.num_envs,
-            pool.env_metadata,
-            pool.env_render_mode,
-            pool.env_spec,
-        )
-
-    def step(self, actions: dict[tuple, np.ndarray], pickled_actions: dict | None) -> Rows | ErrorReport:
-        return self._guard(self._step, actions, pickled_actions)
-
-    def send(self, ids: np.ndarray, actions: dict[tuple, np.ndarray]) -> Rows | ErrorReport:
-        return self._guard(self._send, ids, actions)
-
-    def reset_some(self, kwargs: dict[int, dict]) -> Rows | ErrorReport:
-        return self._guard(self._reset_some, kwargs)
-
-    def request(self, request: Reset | RunOps) -> Rows | ErrorReport:
-        return self._guard(self._request, request)
-
-    def reset_all(self) -> Rows | ErrorReport:
-        """After Ray re-created this actor: reset every env (seed None), as a restarted worker does."""
-        self.reborn = False
-        return self._guard(self._request, Reset({i: {} for i in range(self.pool.num_envs)}))
-
-    def close(self, terminate: bool) -> None:
-        if self.pool is not None:
-            self.pool.close(terminate=terminate)
-
-    def _step(self, actions: dict, pickled_actions: dict | None) -> Rows:
-        pool = self.pool
-        for path, rows in actions.items():
-            pool.action_leaves[path][...] = rows
-        pool.step_async(pickled_actions)
-        return self._rows(None, pool.step_wait(), step=True)
-
-    def _send(self, ids: np.ndarray, actions: dict) -> Rows:
-        pool = self.pool
-        for path, rows in actions.items():
-            pool.action_leaves[path][ids] = rows
-        pool.batches.send(ids)
-        done, records = pool.batches.recv(len(ids))  # this call's envs only: the actor runs one call at a time
-        return self._rows(done, list(records.values()), step=True)
-
-    def _reset_some(self, kwargs: dict) -> Rows:
-        self.pool.batches.reset(kwargs)
-        done, records = self.pool.batches.recv(len(kwargs))
-        return self._rows(done, list(records.values()), step=True)
-
-    def _request(self, request: Reset | RunOps) -> Rows:
-        if isinstance(request, Reset):
-            infos = self.pool.reset(request.kwargs)
-            ids = np.array(sorted(infos), dtype=np.int64)
-            return self._rows(ids, [])._replace(replies=self._global(infos))
-        return Rows(None, {}, replies=self._global(self.pool.run(request.ops)))
-
-    def _rows(self, ids: np.ndarray | None, records: list[StepInfo], step: bool = False) -> Rows:
-        pool = self.pool
-        where = slice(None) if ids is None else ids
-        rows = range(pool.num_envs) if ids is None else ids.tolist()
-        pickled = {path: [column[i] for i in rows] for path, column in pool.pickled.obs.items()}
-        return Rows(
-            None if ids is None else ids + self.start,
-            {path: leaf[where] for path, leaf in pool.obs_leaves.items()},  # Ray copies them into the object store
-            pool.rewards[where] if step else None,
-            pool.terminated[where] if step else None,
-            pool.truncated[where] if step else None,
-            pickled,
-            [record._replace(env_index=record.env_index + self.start) for record in records],
-        )
-
-    def _global(self, by_env: dict[int, Any]) -> dict[int, Any]:
-        return {i + self.start: value for i, value in by_env.items()}
-
-    def _guard(self, method: Callable, *args: Any) -> Any:
-        """Run ``method``; an exception comes back as an ErrorReport (global env index), never as a Ray error."""
-        if self.failure is not None:
-            return self.failure
-        if self.reborn:
-            return Reborn()
-        try:
-            return method(*args)
-        except BaseException as exc:
-            return self._report(exc)
-
-    def _report(self, exc: BaseException) -> ErrorReport:
-        local = getattr(exc, "env_index", None)
-        if isinstance(exc, ShmVecError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
-            exc.args = (_global_envs(exc.args[0], self.start),)  # e.g. a timeout or a worker death naming envs
-        # The local pool's note numbers envs from 0 on this node: the driver writes the global one.
-        notes = [note for note in getattr(exc, "__notes__", []) if not note.startswith("shmvec: raised in")]
-        if hasattr(exc, "__notes__"):
-            exc.__notes__ = notes
-        return ErrorReport.capture(self.index, None if local is None else local + self.start, exc)
-
-
-# -- the driver side --------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -698,34 +543,12 @@ class RayBatches:
         self.fifo.extend(ids)
 
 
-def _global_envs(message: str, start: int) -> str:
-    """A local pool's message with its env numbers ("env 1", "envs 0..1, 3") made global."""
-    shift = lambda number: str(int(number[0]) + start)  # noqa: E731
-    return _ENV_NUMBERS.sub(lambda found: found[1] + re.sub(r"\d+", shift, found[2]), message)
-
-
-_ENV_NUMBERS = re.compile(r"(\benvs? )(\d+(?:\.\.\d+)?(?:, \d+(?:\.\.\d+)?)*)")
-
-
-def _unlink_leftovers(pid: int) -> list[str]:
-    """On a node: remove the /dev/shm entries of a dead node actor ``pid`` (named ``shmvec_<pid>_...``)."""
-    removed = []
-    for name in os.listdir("/dev/shm"):
-        if name.startswith((f"shmvec_{pid}_", f"sem.shmvec_{pid}_")):
-            try:
-                os.unlink(os.path.join("/dev/shm", name))
-                removed.append(name)
-            except FileNotFoundError:
-                pass
-    return removed
-
-
 def _sweep(node: Node) -> None:
     """A node actor was killed (OOM, ray.kill): Ray kills its children too, resource tracker included,
     so its shared memory stays. Remove it with a small task on that node; best effort (the node may be gone)."""
     if node.info is None:
         return
-    task = ray.remote(num_cpus=0, max_retries=0)(_unlink_leftovers).options(
+    task = ray.remote(num_cpus=0, max_retries=0)(unlink_leftovers).options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node.info.node_id, soft=False)
     )
     try:
