@@ -4,15 +4,17 @@ Usage (from the repository root)::
 
     python bench/timeline.py                                  # default ShmPoolVecEnv, CartPole-v1, N=64
     python bench/timeline.py --adapter gym --n-workers 2      # ShmVectorEnv with two workers
+    python bench/timeline.py --env synth:0us:210x160x3:uint8 --n 32 --no-copy
 
 Every env is wrapped in :class:`Probe`, which records when each of its ``step``/``reset``
 calls starts and ends (``perf_counter`` is ``CLOCK_MONOTONIC``: comparable across
 processes; a probe costs ~0.3-1 µs per env step). The main process times the engine's
 phases by wrapping its methods. For each step the times are taken from the moment the
 caller calls ``step``; the table shows their medians over the steps, and splits the step
-into *stepping* (the slowest shard, first env start to last env end) and *serial
-overhead* (the rest: the caller's side before the shards start and after the last one
-ends, which no number of cores shortens). Shards of equal size still differ from step
+into *stepping* (the slowest shard, first env start to last env end) and the rest: the
+main process's work before the shards start and after the last env ends, the hand-offs,
+and the shards' writes of their result rows (in parallel, but after their last env;
+large observations make this the bulk). Only that last part shrinks with more cores. Shards of equal size still differ from step
 to step (a shared machine, caches, interrupts): the slowest shard's lag behind their
 mean is the price of static shards, paid every step.
 """
@@ -56,8 +58,11 @@ class Probe(gym.Wrapper):
         return result
 
 
-def probed(env_id: str) -> gym.Env:
-    return Probe(gym.make(env_id))
+def probed(env_name: str) -> gym.Env:
+    """The bench workload ``env_name`` (a Gymnasium id or ``synth:...``) with a probe."""
+    from bench.workloads import get_workload
+
+    return Probe(get_workload(env_name).make())
 
 
 def _timed(marks: list[float], fn: Callable) -> Callable:
@@ -71,12 +76,12 @@ def _timed(marks: list[float], fn: Callable) -> Callable:
     return wrapper
 
 
-def run(adapter: str, env_id: str, n: int, n_workers: int | None, steps: int, warmup: int) -> dict:
+def run(adapter: str, env_name: str, n: int, n_workers: int | None, steps: int, warmup: int, copy: bool = True) -> dict:
     """Step a vector env ``warmup + steps`` times; return the phases of the timed steps (seconds, per step)."""
     from shmvec import ShmPoolVecEnv, ShmVectorEnv, ops
 
-    env_fns = [functools.partial(probed, env_id)] * n
-    kwargs = {} if n_workers is None else {"n_workers": n_workers}
+    env_fns = [functools.partial(probed, env_name)] * n
+    kwargs = {"copy": copy} if n_workers is None else {"copy": copy, "n_workers": n_workers}
     envs = ShmPoolVecEnv(env_fns, **kwargs) if adapter == "sb3" else ShmVectorEnv(env_fns, **kwargs)
     try:
         pool = envs._pool
@@ -123,14 +128,14 @@ def _phases(windows, collected, engine_done, times, shards, description) -> dict
             row[f"{name}: first env starts"] = first - call
             row[f"{name}: stepping"] = last - first
             shard_ends.append(last)
-        row["last env ends -> all shards collected"] = collected[s] - max(shard_ends)
+        row["last env ends -> all shards collected (rows, hand-off)"] = collected[s] - max(shard_ends)
         row["collected -> engine returns"] = engine_done[s] - collected[s]
         row["engine returns -> adapter returns"] = returned - engine_done[s]
         row["step"] = returned - call
         stepping = [row[key] for key in row if key.endswith(": stepping")]
         row["stepping (slowest shard)"] = max(stepping)
         row["of which the slowest shard's lag (slowest - mean)"] = max(stepping) - statistics.fmean(stepping)
-        row["serial overhead (step - stepping)"] = row["step"] - row["stepping (slowest shard)"]
+        row["not stepping envs (step - stepping)"] = row["step"] - row["stepping (slowest shard)"]
         rows.append(row)
     return {"description": description, "steps": len(rows), "medians": {key: statistics.median(r[key] for r in rows) for key in rows[0]}}
 
@@ -146,13 +151,14 @@ def _last_before(values: np.ndarray, t: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--adapter", choices=("sb3", "gym"), default="sb3")
-    p.add_argument("--env", default="CartPole-v1", help="a registered Gymnasium id")
+    p.add_argument("--env", default="CartPole-v1", help="a Gymnasium id or a synthetic env, e.g. synth:0us:210x160x3:uint8")
     p.add_argument("--n", type=int, default=64, help="envs")
     p.add_argument("--n-workers", type=int, default=None, help="worker processes (default: the adapter's choice)")
+    p.add_argument("--no-copy", action="store_true", help="copy=False: observations returned as views")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--warmup", type=int, default=300)
     args = p.parse_args(argv)
-    result = run(args.adapter, args.env, args.n, args.n_workers, args.steps, args.warmup)
+    result = run(args.adapter, args.env, args.n, args.n_workers, args.steps, args.warmup, copy=not args.no_copy)
     medians = result["medians"]
     print(f"{result['description']}: {args.env}, medians of {result['steps']} steps (µs from the caller's step call)")
     for key, value in medians.items():

@@ -674,7 +674,8 @@ def make_vec(
     Args:
         env_id: a registered env id (or an ``EnvSpec``), as for ``gym.make``.
         num_envs: number of envs.
-        n_workers: worker processes (default ``min(num_envs, os.cpu_count())``).
+        n_workers: worker processes; ``None`` (default) chooses them, and whether the main
+            process steps envs too, from the cores and the envs' step cost (see :class:`ShmVectorEnv`).
         vector_kwargs: keyword arguments of :class:`ShmVectorEnv` (``autoreset_mode``,
             ``copy``, ``start_method``, ``timeout``, ...).
         wrappers: wrapper functions applied in order to each single env.
