@@ -14,9 +14,10 @@ caller calls ``step``; the table shows their medians over the steps, and splits 
 into *stepping* (the slowest shard, first env start to last env end) and the rest: the
 main process's work before the shards start and after the last env ends, the hand-offs,
 and the shards' writes of their result rows (in parallel, but after their last env;
-large observations make this the bulk). Only that last part shrinks with more cores. Shards of equal size still differ from step
-to step (a shared machine, caches, interrupts): the slowest shard's lag behind their
-mean is the price of static shards, paid every step.
+large observations make this the bulk). Of the rest, only the row writes shrink with
+more cores. Shards of equal size still differ from step to step (episode ends, a shared
+machine, caches, interrupts): the slowest shard's lag behind their mean is the price of
+static shards (an env cannot move between processes), paid every step.
 """
 
 from __future__ import annotations
