@@ -63,6 +63,12 @@ ISOLATION_TOLERANCE = 0.05  # give up at most 5 % of predicted speed to keep env
 TIMING_BUDGET = 0.05  # seconds spent timing the env at start-up
 TIMING_MAX_STEPS = 400
 TIMING_BATCH = 10  # steps per timed batch; the median batch is kept (a first call or a hiccup is not)
+# A main process with no shard, beside workers on every core, spins at most this long (about
+# three wake-ups): it shares a core with a worker, and spinning through a longer shard slows
+# that worker more than a wake-up costs (CartPole N=64, two workers on two cores, the main
+# process blocking vs spinning up to 2 ms, 80 alternating rounds, twice: 1.039x and 1.049x;
+# N=32: 1.037x; N=16, shards of ~150 µs: 0.979x).
+SHARED_CORE_SPIN = 300e-6
 
 
 @dataclass(frozen=True)
@@ -195,11 +201,12 @@ def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason,
     only waits, sharing a core with a worker it yields to on every turn. Then
 
     - the main process spins through the workers' shards: for twice the largest one's
-      expected time, if spinning that long is worth it (at most
-      :data:`~shmvec.sync.MAX_SPIN`; ``max_spin`` for longer shards, after which it
-      blocks), and :data:`~shmvec.sync.MAX_SPIN` when the env was not timed. A wake-up
-      from a blocked wait costs ~80 µs on a 2-core VM, a spinning one ~15 µs: two
-      workers on CartPole N=64 stepped in 720 µs against 960-1000 µs blocking;
+      expected time, if spinning that long is worth it (at most its limit, else
+      ``max_spin``, after which it blocks), and for its limit when the env was not timed
+      (the adaptive spin then turns itself off if most waits outlast it). A wake-up from
+      a blocked wait costs ~80 µs on a 2-core VM, a spinning one ~15 µs. The limit is
+      :data:`~shmvec.sync.MAX_SPIN`, or :data:`SHARED_CORE_SPIN` when the main process
+      has no shard and the workers fill every core (it then shares a core with one);
     - a worker waits for its next step as the main process says with each step
       (``tight_loop_spin``, :class:`~shmvec.protocol.NextWait`): spinning while the caller
       steps in a tight loop, blocking at once while it computes between steps (a policy,
@@ -214,14 +221,15 @@ def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason,
     lanes = n_workers + main_shard
     if max_spin == 0 or lanes > cores:
         return Plan(n_workers, main_shard, max_spin, max_spin, reason, t_env)
-    worker_spin, main_spin = max_spin, MAX_SPIN
+    spin_limit = MAX_SPIN if main_shard or lanes < cores else max(max_spin, SHARED_CORE_SPIN)
+    worker_spin, main_spin = max_spin, spin_limit
     if t_env is not None:
         largest, main_envs = shard_sizes(num_envs, n_workers, main_shard)
         per_env = t_env + T_WRITE_PER_ENV * scale
         main_cycle = main_envs * per_env + (T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
         worker_spin = min(MAX_SPIN, max(max_spin, 2.0 * main_cycle))
         main_spin = max(max_spin, 2.0 * largest * per_env)
-        main_spin = main_spin if main_spin <= MAX_SPIN else max_spin  # a spin that cannot cover the wait only costs
+        main_spin = main_spin if main_spin <= spin_limit else max_spin  # a spin that cannot cover the wait only costs
     return Plan(n_workers, main_shard, worker_spin, main_spin, reason, t_env, tight_loop_spin=True)
 
 

@@ -79,14 +79,26 @@ def test_waits_spin_longer_only_when_every_busy_process_has_a_core():
     assert 200e-6 < light.worker_spin <= MAX_SPIN and light.tight_loop_spin
     heavy = choose(16, CORES, 150e-6)  # 2 workers of 8 x 150 µs: no spin covers that wait, so it blocks
     assert (heavy.n_workers, heavy.main_spin) == (2, 200e-6)
-    two = explicit(64, CORES, 2, False)  # 2 workers on 2 cores; the main process only waits (yielding)
-    assert (two.main_spin, two.worker_spin, two.tight_loop_spin) == (MAX_SPIN, 200e-6, True)
+    two = explicit(64, CORES, 2, False)  # 2 workers on 2 cores; the main process only waits, sharing a core
+    assert (two.main_spin, two.worker_spin, two.tight_loop_spin) == (autoconfig.SHARED_CORE_SPIN, 200e-6, True)
+    assert explicit(64, 4, 2, False).main_spin == MAX_SPIN  # a core of its own: it spins as long as it may
     crowded = explicit(64, CORES, 3, False)  # more workers than cores: short spins
     assert (crowded.main_spin, crowded.worker_spin, crowded.tight_loop_spin) == (200e-6, 200e-6, False)
     assert explicit(64, CORES, 1, True).tight_loop_spin  # main shard + 1 worker fit 2 cores
     assert not explicit(64, CORES, 2, True).tight_loop_spin  # 3 lanes on 2 cores do not
     never = choose(64, CORES, 7e-6, max_spin=0.0)  # max_spin=0 always blocks
     assert (never.worker_spin, never.main_spin, never.tight_loop_spin) == (0.0, 0.0, False)
+
+
+def test_a_main_process_sharing_a_core_spins_only_through_short_shards():
+    per_env = 7e-6 + autoconfig.T_WRITE_PER_ENV
+    # max_spin=50 µs: the spins below are the plan's, not that floor
+    short = autoconfig._with_waits(16, CORES, 7e-6, 2, False, 50e-6, "timed")  # shards of 8 envs: ~120 µs
+    assert short.main_spin == pytest.approx(2 * 8 * per_env)
+    long = autoconfig._with_waits(64, CORES, 7e-6, 2, False, 50e-6, "timed")  # 32 envs: ~470 µs, beyond the limit
+    assert 2 * 32 * per_env > autoconfig.SHARED_CORE_SPIN and long.main_spin == 50e-6
+    alone = autoconfig._with_waits(64, 4, 7e-6, 2, False, 50e-6, "timed")  # the same shards, a free core
+    assert alone.main_spin == pytest.approx(2 * 32 * per_env)
 
 
 def test_explicit_is_obeyed():
