@@ -65,9 +65,10 @@ TIMING_MAX_STEPS = 400
 TIMING_BATCH = 10  # steps per timed batch; the median batch is kept (a first call or a hiccup is not)
 # A main process with no shard, beside workers on every core, spins at most this long (about
 # three wake-ups): it shares a core with a worker, and spinning through a longer shard slows
-# that worker more than a wake-up costs (CartPole N=64, two workers on two cores, the main
-# process blocking vs spinning up to 2 ms, 80 alternating rounds, twice: 1.039x and 1.049x;
-# N=32: 1.037x; N=16, shards of ~150 µs: 0.979x).
+# that worker more than a wake-up costs. CartPole, two workers on two cores, the main process
+# blocking vs spinning up to 2 ms, round-robin in one process (80 rounds): N=64 1.039x and
+# 1.049x, N=32 1.037x, N=16 (shards of ~150 µs) 0.979x; this limit vs 2 ms in alternating
+# fresh processes (bench/alternate.py): N=64 1.55x vs 1.44x SyncVectorEnv (SB3), 1.57x vs 1.36x (Gym).
 SHARED_CORE_SPIN = 300e-6
 
 
