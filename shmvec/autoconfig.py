@@ -10,7 +10,7 @@ extra env built in the main process from ``env_fns[0]``, a few random steps with
 
 for ``P`` up to the usable cores, the one the overhead model predicts fastest::
 
-    step time = largest shard * t_env + sync(P) + bookkeeping(N)
+    step time = largest shard * t_env + wake-up + sync(P) + bookkeeping(N)
 
 (``sync``: 0 in-process, :data:`T_SYNC_SPIN` when every busy process has a core,
 :data:`T_SYNC_BLOCK` when the main process waiting for workers would need one more),
@@ -19,7 +19,16 @@ overheads are Python work (adapters, pool, worker loops), so they are scaled by 
 fast this machine runs Python (:func:`machine_scale`, a ~10 ms reference loop timed
 beside the env): on a VM 2-3x slower than the one they were calibrated on, two
 CartPole envs otherwise went to the main process and a worker, at 0.82-0.91x
-DummyVecEnv, instead of staying in-process. Among the
+DummyVecEnv, instead of staying in-process.
+
+The model is that of a training loop, the loop users run: the caller computes (a
+policy's forward pass) between steps, the workers block meanwhile rather than take its
+cores (:class:`~shmvec.protocol.NextWait`), so every step with workers starts with a
+wake-up (:data:`T_SYNC_BLOCK`) on its critical path. A few light envs then stay in the
+main process: 8 CartPole envs with a policy between steps ran at 0.79x SyncVectorEnv in
+the main process and one worker, a wake-up costing more than the envs' whole step. In a
+bare stepping loop the waits spin instead, and the same plan runs faster than the model
+says. Among the
 candidates within :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env
 in the main process (heavy envs then run isolated in workers at no cost).
 
@@ -107,9 +116,12 @@ def describe_plan(plan: Plan) -> str:
 
 
 def pool_description(pool) -> str:
-    """:func:`describe_plan` of a pool's plan; other backends (no plan) show their worker count."""
+    """:func:`describe_plan` of a pool's plan and what it did to the caller's OpenMP spins;
+    other backends (no plan) show their worker count."""
     plan = getattr(pool, "plan", None)
-    return describe_plan(plan) if plan is not None else f"n_workers={getattr(pool, 'n_workers', None)}"
+    if plan is None:
+        return f"n_workers={getattr(pool, 'n_workers', None)}"
+    return f"{describe_plan(plan)}, omp_spin={getattr(pool, 'omp_spin', 'unchanged')!r}"
 
 
 def usable_cores() -> int:
@@ -129,10 +141,13 @@ def shard_sizes(num_envs: int, n_workers: int, main_shard: bool) -> tuple[int, i
 
 
 def predicted_step_time(
-    num_envs: int, cores: int, t_env: float, n_workers: int, main_shard: bool, scale: float = 1.0
+    num_envs: int, cores: int, t_env: float, n_workers: int, main_shard: bool, scale: float = 1.0,
+    caller_computes: bool = True,
 ) -> float:
     """Seconds per synchronous vector step of this configuration (the overhead model);
-    ``scale`` multiplies the overheads (:func:`machine_scale`)."""
+    ``scale`` multiplies the overheads (:func:`machine_scale`). ``caller_computes``: the
+    caller runs a policy between steps, so workers wake up from a blocked wait each step
+    (``False``: a bare stepping loop, where they spin)."""
     lanes = n_workers + main_shard
     largest, _ = shard_sizes(num_envs, n_workers, main_shard)
     per_env = t_env + T_WRITE_PER_ENV * scale
@@ -143,7 +158,8 @@ def predicted_step_time(
         sync = T_SYNC_SPIN
     else:
         sync = T_SYNC_BLOCK
-    return stepping + (sync + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
+    wake = T_SYNC_BLOCK if caller_computes and n_workers else 0.0
+    return stepping + (wake + sync + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
 
 
 def candidates(num_envs: int, cores: int, main_shard: bool | None = None) -> list[tuple[int, bool]]:
@@ -168,6 +184,9 @@ def choose(
         >>> plan = choose(num_envs=64, cores=2, t_env=8e-6)       # CartPole-like: a main shard pays
         >>> plan.n_workers, plan.main_shard
         (1, True)
+        >>> plan = choose(num_envs=8, cores=2, t_env=8e-6)        # ... but not for a few of them
+        >>> plan.n_workers, plan.main_shard
+        (0, True)
         >>> plan = choose(num_envs=8, cores=2, t_env=1e-3)        # heavy: workers cost nothing extra
         >>> plan.n_workers, plan.main_shard
         (2, False)
@@ -184,7 +203,7 @@ def choose(
     # No env in the main process if that is near the best, then the fastest, then fewest processes.
     step, k, main = min(near, key=lambda c: (c[2], c[0], c[1]))
     serial = predicted_step_time(num_envs, cores, t_env, 0, True, scale)
-    reason = f"auto: {t_env * 1e6:.1f} µs/env step, {cores} cores, predicted {serial / step:.2f}x in-process"
+    reason = f"auto: {t_env * 1e6:.1f} µs/env step, {cores} cores, predicted {serial / step:.2f}x in-process in a training loop"
     return _with_waits(num_envs, cores, t_env, k, main, max_spin, reason, scale)
 
 

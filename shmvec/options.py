@@ -66,6 +66,14 @@ class PoolOptions:
             ``"restart"`` mode is re-created by Ray (its envs report a truncation).
         n_nodes: ``backend="ray"`` only: how many nodes (one actor on each, on distinct
             nodes); ``None`` uses every alive node with enough CPUs.
+        omp_spin: how long the main process's idle OpenMP threads (torch's intra-op
+            threads) spin after each op while the pool is open. ``"auto"`` (default):
+            short (microseconds instead of GNU OpenMP's milliseconds) when the pool has
+            worker processes and torch runs more than one thread, so that a policy's
+            threads do not hold the cores the workers step on; they keep their number,
+            and the default spin is back at ``close()`` (see :mod:`shmvec.omp_spin`).
+            ``"short"``: whenever GNU OpenMP is loaded. ``"unchanged"``: never. Local
+            backend only.
     """
 
     n_workers: int | None = None
@@ -78,6 +86,7 @@ class PoolOptions:
     max_restarts: int = 3
     backend: Literal["local", "ray"] = "local"
     n_nodes: int | None = None
+    omp_spin: Literal["auto", "short", "unchanged"] = "auto"
 
     def __post_init__(self) -> None:
         if self.start_method is None:  # only None means "the default": "" is a typo, as for mp.get_context
@@ -99,6 +108,8 @@ class PoolOptions:
             raise ValueError(f'backend must be "local" or "ray", got {self.backend!r}')
         if self.n_nodes is not None and not _is_int(self.n_nodes, lowest=1):
             raise ValueError(f"n_nodes must be an int >= 1 or None, got {self.n_nodes!r}")
+        if self.omp_spin not in ("auto", "short", "unchanged"):
+            raise ValueError(f'omp_spin must be "auto", "short" or "unchanged", got {self.omp_spin!r}')
         if self.backend == "local" and self.n_nodes is not None:
             raise ValueError(f'n_nodes={self.n_nodes!r} places envs on Ray nodes: pass backend="ray" too')
 

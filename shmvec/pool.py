@@ -73,6 +73,7 @@ from shmvec.protocol import Attach, Command, ErrorReport, Hello, NextWait, Reset
 from shmvec.requests import Requests
 from shmvec.resources import PoolResources, finalize_unclosed
 from shmvec.obs_buffers import ObsBuffers
+from shmvec.omp_spin import short_spin_for_pool
 from shmvec.restart import Restarter, RestartNeeded
 from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
 from shmvec.shm import OwnedArena
@@ -134,6 +135,7 @@ class ShmPool(ObsBuffers, Breakable):
         self.start_limit = None if self.timeout is None else max(self.timeout, START_TIMEOUT)  # building envs
         self.pending: str | None = None  # "step" or "request": what the next wait collects
         self._step_returned = 0.0  # when the last step_wait returned (perf_counter): the caller's time starts
+        self.omp_spin = "unchanged"  # what the pool did to the caller's OpenMP spins (set once started)
         self._res = PoolResources()
         self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
         self.obs_space_match = obs_space_match  # restarted workers' envs must match too
@@ -191,6 +193,7 @@ class ShmPool(ObsBuffers, Breakable):
             self.main = Shard(res.main_envs, self.shards[-1][0], views, self.layout, self.autoreset_mode, self.single_action_space)
         self.requests = Requests(self)
         self.batches = AsyncSchedule(self)
+        res.short_spin, self.omp_spin = short_spin_for_pool(opts.omp_spin, self.n_workers)
 
     def attach_message(self, restart: bool = False) -> Attach:
         return Attach(self._res.arena.name, self.layout, self.autoreset_mode, self._res.ready.name, restart)
@@ -389,7 +392,7 @@ class ShmPool(ObsBuffers, Breakable):
         self._finalizer.detach()
 
     def __repr__(self) -> str:
-        return f"ShmPool(num_envs={self.num_envs}, {describe_plan(self.plan)})"
+        return f"ShmPool(num_envs={self.num_envs}, {describe_plan(self.plan)}, omp_spin={self.omp_spin!r})"
 
     def __enter__(self) -> ShmPool:
         return self

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
+from shmvec.omp_spin import ShortSpin
 from shmvec.shm import OwnedArena
 from shmvec.sync import Signal
 
@@ -28,6 +29,7 @@ class PoolResources:
         self.main_envs: list[gym.Env] = []  # the main shard's envs
         self.graceful = True  # False: workers are stuck, terminate them at once
         self.owner_pid = os.getpid()
+        self.short_spin: ShortSpin | None = None  # the caller's OpenMP threads spin short meanwhile
 
     def shutdown(self) -> None:
         """Stop the workers, then release everything. Idempotent; resumes if it was interrupted."""
@@ -55,6 +57,9 @@ class PoolResources:
         self.main_envs = []
         if self.arena is not None:
             self.arena.close()
+        if self.short_spin is not None:
+            self.short_spin.release()
+            self.short_spin = None
 
 
 def finalize_unclosed(res: PoolResources) -> None:
