@@ -1,4 +1,9 @@
-"""The OS resources of one pool, and their release: on close(), at GC, at exit."""
+"""The OS resources of one pool, and their release: on close(), at GC, at exit.
+
+Before a pool takes any, it removes what pools of processes that no longer exist left
+in ``/dev/shm`` (:func:`~shmvec.leftovers.reclaim`): a process group SIGKILLed as a
+whole takes the resource tracker with it, and nothing else would unlink those entries.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
+from shmvec.leftovers import reclaim
 from shmvec.omp_spin import ShortSpin
 from shmvec.shm import OwnedArena
 from shmvec.sync import Signal
@@ -23,6 +29,7 @@ class PoolResources:
     """Every OS resource of one pool, so that a finalizer can release them without the pool."""
 
     def __init__(self):
+        reclaim()  # first: leftovers may be what would make this pool's arena not fit
         self.links: list[WorkerLink] = []
         self.arena: OwnedArena | None = None
         self.ready: Signal | None = None  # async batches: posted by every worker per finished env

@@ -2,7 +2,8 @@
 
 The main process owns it (:class:`OwnedArena`): it creates the segment through
 :mod:`multiprocessing.shared_memory`, so Python's resource tracker unlinks it even if
-the main process is SIGKILLed, reserves its pages up front (a full ``/dev/shm`` is a
+the main process is SIGKILLed (if the tracker is killed with it, the next pool to start
+removes it: :mod:`shmvec.leftovers`), reserves its pages up front (a full ``/dev/shm`` is a
 clear :class:`~shmvec.errors.SharedMemoryCapacityError` now, not a SIGBUS later) and
 unlinks it exactly once, on ``close()`` or, as a safety net, at garbage collection
 or interpreter exit.
@@ -17,20 +18,13 @@ from __future__ import annotations
 
 import mmap
 import os
-import secrets
 import weakref
 from multiprocessing import shared_memory
 
 import posix_ipc
 
 from shmvec.errors import SharedMemoryCapacityError
-
-SHM_DIR = "/dev/shm"
-
-
-def unique_name(kind: str) -> str:
-    """A short name no other pool (or process) uses: ``shmvec_<pid>_<kind>_<random>``."""
-    return f"shmvec_{os.getpid()}_{kind}_{secrets.token_hex(4)}"
+from shmvec.leftovers import SHM_DIR, unique_name
 
 
 def free_bytes() -> int | None:

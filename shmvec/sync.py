@@ -39,7 +39,7 @@ from multiprocessing import resource_tracker
 
 import posix_ipc
 
-from shmvec.shm import unique_name
+from shmvec.leftovers import unique_name
 
 _perf_counter = time.perf_counter
 _sched_yield = os.sched_yield
