@@ -12,16 +12,20 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 
-def measure(env, actions: np.ndarray, seconds: float) -> float:
-    """Env steps per second of ``env`` over about ``seconds`` of stepping."""
+def measure(env, actions: np.ndarray, seconds: float, policy: Callable[[Any], Any] | None = None) -> float:
+    """Env steps per second of ``env`` over about ``seconds`` of stepping, with ``policy``
+    (:mod:`shmvec.stand_in`) called on the observations between steps."""
     steps, start = 0, time.perf_counter()
     while True:
-        env.step(actions[steps % len(actions)])
+        obs = env.step(actions[steps % len(actions)])[0]
+        if policy is not None:
+            policy(obs)
         steps += 1
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:

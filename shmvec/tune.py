@@ -9,10 +9,16 @@ constructor line it recommends: the configuration ``n_workers=None`` chooses, wh
 :func:`shmvec.autoconfig.choose` of the same timing. Implementations that are not
 installed (SB3) are skipped.
 
+Each step is followed by a stand-in policy's forward pass on the observations
+(``--policy``, :mod:`shmvec.stand_in`; default ``mlp``, SB3's MlpPolicy), since that is
+the loop a vector env runs in: workers then wake up from a blocked wait every step, and
+torch's threads share the cores. ``--policy none`` measures a bare stepping loop.
+
 Example::
 
     python -m shmvec.tune CartPole-v1 --num-envs 64
-    python -m shmvec.tune mypackage.envs:make_env --num-envs 16 --json
+    python -m shmvec.tune ALE/Breakout-v5 --num-envs 8 --policy cnn
+    python -m shmvec.tune mypackage.envs:make_env --num-envs 16 --policy mypackage.nets:forward --json
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import numpy as np
 
 from shmvec import autoconfig
 from shmvec.demo import measure as steps_per_second
+from shmvec.stand_in import CHOICES, StandIn, stand_in_policy
 
 MAX_PROCS = 64  # one-process-per-env implementations are skipped above this many envs
 
@@ -75,7 +82,9 @@ class _Make:
         return gym.make(self.env_id)
 
 
-def plan_rows(env_fn: Callable[[], gym.Env], num_envs: int, cores: int, t_env: float, scale: float = 1.0) -> list[Row]:
+def plan_rows(
+    env_fn: Callable[[], gym.Env], num_envs: int, cores: int, t_env: float, scale: float = 1.0, caller_computes: bool = True
+) -> list[Row]:
     """The implementations to measure: the references (those installed) and shmvec's candidates."""
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
@@ -95,7 +104,8 @@ def plan_rows(env_fn: Callable[[], gym.Env], num_envs: int, cores: int, t_env: f
     if num_envs <= MAX_PROCS:
         rows.append(Row("AsyncVectorEnv", "gym", lambda: AsyncVectorEnv(fns, shared_memory=True, autoreset_mode=AutoresetMode.SAME_STEP)))
     for k, main in autoconfig.candidates(num_envs, cores):
-        predicted = num_envs / autoconfig.predicted_step_time(num_envs, cores, t_env, k, main, scale)
+        step = autoconfig.predicted_step_time(num_envs, cores, t_env, k, main, scale, caller_computes)
+        predicted = None if caller_computes else num_envs / step  # the model leaves the policy's time out
         args = autoconfig.explicit(num_envs, cores, k, main).constructor_args()
         rows.append(
             Row(
@@ -109,8 +119,11 @@ def plan_rows(env_fn: Callable[[], gym.Env], num_envs: int, cores: int, t_env: f
     return rows
 
 
-def measure(rows: list[Row], num_envs: int, seconds: float, repeats: int, progress: Callable[[], None]) -> None:
-    """Build every row, then sample each ``repeats`` times round-robin (order rotated), ``seconds`` each."""
+def measure(
+    rows: list[Row], num_envs: int, seconds: float, repeats: int, progress: Callable[[], None], policy: StandIn | None = None
+) -> None:
+    """Build every row, then sample each ``repeats`` times round-robin (order rotated), ``seconds``
+    each, with ``policy`` called on the observations between steps."""
     live = []
     try:
         for row in rows:
@@ -120,7 +133,7 @@ def measure(rows: list[Row], num_envs: int, seconds: float, repeats: int, progre
                 space.seed(0)
                 actions = np.asarray([[space.sample() for _ in range(num_envs)] for _ in range(64)], dtype=space.dtype)
                 env.reset() if row.api == "sb3" else env.reset(seed=0)
-                steps_per_second(env, actions, min(0.2, seconds))  # warm-up
+                steps_per_second(env, actions, min(0.2, seconds), policy)  # warm-up
                 live.append((row, env, actions))
             except Exception as exc:
                 row.error = f"{type(exc).__name__}: {exc}"
@@ -128,7 +141,7 @@ def measure(rows: list[Row], num_envs: int, seconds: float, repeats: int, progre
         for r in range(repeats):
             turn = live[r % len(live):] + live[: r % len(live)] if live else []
             for row, env, actions in turn:
-                row.samples.append(steps_per_second(env, actions, seconds))
+                row.samples.append(steps_per_second(env, actions, seconds, policy))
                 progress()
     finally:
         for _, env, _ in live:
@@ -151,7 +164,8 @@ def _progress_bar(total: int) -> tuple[Callable[[], None], Callable[[], None]]:
 
 
 def report(
-    env: str, num_envs: int, cores: int, t_env: float, plan: autoconfig.Plan, rows: list[Row], scale: float = 1.0
+    env: str, num_envs: int, cores: int, t_env: float, plan: autoconfig.Plan, rows: list[Row], scale: float = 1.0,
+    policy: str = "none",
 ) -> dict:
     """What the tuner found, as a dict (the ``--json`` output)."""
     baseline = next((r.median for r in rows if r.name == "DummyVecEnv" and r.samples), None)
@@ -165,6 +179,7 @@ def report(
         "cores": cores,
         "t_env_us": t_env * 1e6,
         "machine_scale": scale,
+        "policy": policy,
         "recommended": {
             "n_workers": plan.n_workers,
             "main_shard": plan.main_shard,
@@ -190,7 +205,7 @@ def report(
 def format_table(found: dict) -> str:
     lines = [
         f"{found['env']}, {found['num_envs']} envs, {found['cores']} usable cores, "
-        f"{found['t_env_us']:.1f} µs per env step",
+        f"{found['t_env_us']:.1f} µs per env step, policy between steps: {found['policy']}",
         "",
         f"{'implementation':<40} {'steps/s':>10} {'vs baseline':>11} {'model':>10}",
     ]
@@ -214,23 +229,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-envs", type=int, default=16, help="envs per vector env (default 16)")
     parser.add_argument("--seconds", type=float, default=0.5, help="seconds per sample (default 0.5)")
     parser.add_argument("--repeats", type=int, default=5, help="samples per implementation, round-robin; medians (default 5)")
+    parser.add_argument(
+        "--policy", default="mlp", help=f"compute between steps: one of {', '.join(CHOICES)} or module:callable (default mlp)"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args(argv)
     if args.num_envs < 1:
         parser.error("--num-envs must be at least 1")
     env_fn = env_fn_from(args.env)
+    try:
+        policy = stand_in_policy(args.policy, *_obs_shape_and_actions(env_fn))
+    except (ValueError, ImportError) as exc:
+        parser.error(str(exc))
     cores = autoconfig.usable_cores()
     t_env, scale = autoconfig.time_env_step(env_fn), autoconfig.machine_scale()
     plan = autoconfig.choose(args.num_envs, cores, t_env, scale=scale)  # what n_workers=None would choose
-    rows = plan_rows(env_fn, args.num_envs, cores, t_env, scale)
+    rows = plan_rows(env_fn, args.num_envs, cores, t_env, scale, caller_computes=policy is not None)
     advance, close = _progress_bar(len(rows) * (args.repeats + 1))
     try:
-        measure(rows, args.num_envs, args.seconds, args.repeats, advance)
+        measure(rows, args.num_envs, args.seconds, args.repeats, advance, policy)
     finally:
         close()
-    found = report(args.env, args.num_envs, cores, t_env, plan, rows, scale)
+    found = report(args.env, args.num_envs, cores, t_env, plan, rows, scale, args.policy)
     print(json.dumps(found, indent=2) if args.json else format_table(found))
     return 0
+
+
+def _obs_shape_and_actions(env_fn: Callable[[], gym.Env]) -> tuple[tuple[int, ...], int]:
+    """One env's observation shape and its number of discrete actions (2 for other spaces)."""
+    env = env_fn()
+    try:
+        shape = env.observation_space.shape or (gym.spaces.flatdim(env.observation_space),)
+        return tuple(shape), int(getattr(env.action_space, "n", 2))
+    finally:
+        env.close()
 
 
 if __name__ == "__main__":
