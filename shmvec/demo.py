@@ -1,8 +1,11 @@
-"""``python -m shmvec.demo``: step CartPole with shmvec next to SB3's DummyVecEnv and SubprocVecEnv.
+"""``python -m shmvec.demo``: train and step with shmvec next to SB3's DummyVecEnv and SubprocVecEnv.
 
-Every implementation steps the same envs with the same pre-drawn actions; they take turns
-(round-robin) so that load from other processes hits all of them alike, and the table
-quotes each one's median throughput in env steps per second.
+First a short training run, what users came for: SB3's PPO (its defaults, torch's threads
+as they are) on the same envs over DummyVecEnv and over the default ``ShmPoolVecEnv``,
+taking turns, with the median wall time of collecting (rollout), learning (update) and
+both. Then a stepping table: every implementation steps the same envs with the same
+pre-drawn actions, round-robin so that load from other processes hits all of them
+alike, and the table quotes each one's median throughput in env steps per second.
 """
 
 from __future__ import annotations
@@ -49,14 +52,70 @@ def build(name: str, env_fns: list[Callable[[], gym.Env]], n_workers: int):
 DEFAULT = "ShmPoolVecEnv (default)"
 
 
+def timed_learn(model, total_timesteps: int) -> dict[str, float]:
+    """Run ``model.learn(total_timesteps)`` (an SB3 algorithm); seconds spent in rollout
+    (``collect_rollouts``), update (``train``) and in all."""
+    seconds = {"rollout": 0.0, "update": 0.0}
+    for phase, method in (("rollout", "collect_rollouts"), ("update", "train")):
+        inner = getattr(model, method)
+
+        def timed(*args, _inner=inner, _phase=phase, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _inner(*args, **kwargs)
+            finally:
+                seconds[_phase] += time.perf_counter() - start
+
+        setattr(model, method, timed)  # an instance attribute: this model only
+    start = time.perf_counter()
+    model.learn(total_timesteps)
+    seconds["total"] = time.perf_counter() - start
+    return seconds
+
+
+def train_side_by_side(env_id: str, num_envs: int, timesteps: int, rounds: int) -> None:
+    """PPO over DummyVecEnv and over the default ShmPoolVecEnv, taking turns; prints the medians."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from shmvec import ShmPoolVecEnv
+
+    env_fns = [lambda: gym.make(env_id) for _ in range(num_envs)]
+    builds = {"DummyVecEnv": lambda: DummyVecEnv(env_fns), DEFAULT: lambda: ShmPoolVecEnv(env_fns, start_method="fork")}
+    print(f"Training: PPO (SB3 defaults, n_steps=256) on {env_id} x{num_envs}, {timesteps} steps, {rounds} rounds each")
+    times: dict[str, list[dict[str, float]]] = {name: [] for name in builds}
+    for r in range(rounds):
+        for name in list(builds)[r % 2 :] + list(builds)[: r % 2]:
+            env = builds[name]()
+            try:
+                if r == 0 and name == DEFAULT:
+                    print(f"the default chose: {env!r}")
+                times[name].append(timed_learn(PPO("MlpPolicy", env, n_steps=256, seed=r), timesteps))
+            finally:
+                env.close()
+    med = {name: {k: statistics.median(t[k] for t in runs) for k in ("rollout", "update", "total")} for name, runs in times.items()}
+    width = max(map(len, builds))
+    print(f"\n{'wall time (median)':<{width}}  {'rollout':>8}  {'update':>8}  {'total':>8}  {'total vs DummyVecEnv':>20}")
+    for name, m in med.items():
+        ratio = med["DummyVecEnv"]["total"] / m["total"]
+        print(f"{name:<{width}}  {m['rollout']:>7.2f}s  {m['update']:>7.2f}s  {m['total']:>7.2f}s  {ratio:>19.2f}x")
+    print()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="CartPole-v1", help="Gymnasium env id (default CartPole-v1)")
     parser.add_argument("--num-envs", type=int, default=64, help="envs per vector env (default 64)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes of the explicit configuration (default: cores)")
-    parser.add_argument("--seconds", type=float, default=1.5, help="stepping time per round (default 1.5)")
+    parser.add_argument("--seconds", type=float, default=1.0, help="stepping time per round (default 1.0)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported (default 5)")
+    parser.add_argument("--train-env", default="Acrobot-v1", help="env of the training run (default Acrobot-v1)")
+    parser.add_argument("--train-envs", type=int, default=8, help="envs of the training run (default 8)")
+    parser.add_argument("--train-steps", type=int, default=4096, help="timesteps of each training run (0: none; default 4096)")
+    parser.add_argument("--train-rounds", type=int, default=3, help="training runs of each; the median is reported (default 3)")
     args = parser.parse_args(argv)
+    if args.train_steps > 0:
+        train_side_by_side(args.train_env, args.train_envs, args.train_steps, args.train_rounds)
 
     env_fns = [lambda: gym.make(args.env) for _ in range(args.num_envs)]
     names = ["DummyVecEnv", "SubprocVecEnv", DEFAULT, f"ShmPoolVecEnv ({args.workers} workers)"]

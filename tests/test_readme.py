@@ -50,10 +50,14 @@ def test_readme_example_runs_as_a_script(source, tmp_path):
 def test_the_demo_runs_and_says_what_the_default_chose(tmp_path):
     """The README's first command ends with ``python -m shmvec.demo``; a short run of it here."""
     done = subprocess.run(
-        [sys.executable, "-m", "shmvec.demo", "--num-envs", "4", "--seconds", "0.05", "--rounds", "1"],
+        [sys.executable, "-m", "shmvec.demo", "--num-envs", "4", "--seconds", "0.05", "--rounds", "1",
+         "--train-envs", "2", "--train-steps", "64", "--train-rounds", "1"],
         cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT,
     )
     assert done.returncode == 0, done.stderr
+    assert "the default chose: ShmPoolVecEnv(num_envs=2" in done.stdout  # the training run's
+    trained = [line.split()[0] for line in done.stdout.splitlines() if line.endswith("x") and "s  " in line]
+    assert trained[:2] == ["DummyVecEnv", "ShmPoolVecEnv"], done.stdout
     assert "the default chose: ShmPoolVecEnv(num_envs=4" in done.stdout
     rows = [line.split()[0] for line in done.stdout.splitlines()[-4:]]
     assert rows == ["DummyVecEnv", "SubprocVecEnv", "ShmPoolVecEnv", "ShmPoolVecEnv"], done.stdout
