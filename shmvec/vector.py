@@ -12,6 +12,7 @@ Gymnasium's own). With the same seeds and actions it returns exactly what
 from __future__ import annotations
 
 import copy as copy_module
+import dataclasses
 import numbers
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -92,7 +93,10 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
             shapes and dtypes). Action spaces must always be equal.
         batch_size: envs per :meth:`recv` in async batches (EnvPool's ``batch_size``),
             between 1 and ``num_envs`` (default). Below ``num_envs`` use
-            :meth:`async_reset`, :meth:`send` and :meth:`recv` instead of reset/step.
+            :meth:`async_reset`, :meth:`send` and :meth:`recv` instead of reset/step;
+            with ``n_workers`` and ``main_shard`` unset, every env then runs in a worker
+            (a main shard's envs step inside :meth:`send`, where they cannot overlap
+            the caller's policy).
         **pool_options: how the envs run, shared with every shmvec adapter
             (:class:`~shmvec.options.PoolOptions`): start_method, timeout, worker_threads,
             max_spin, main_shard, on_worker_failure, max_restarts, as below. In restart
@@ -156,6 +160,9 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         obs_space_match = _obs_space_match(observation_mode)
         options = PoolOptions.from_kwargs(type(self).__name__, n_workers=n_workers, **pool_options)
         self.batch_size = _batch_size(batch_size, len(env_fns) if isinstance(env_fns, Sequence) else None)
+        async_batches = self.batch_size is not None and self.batch_size < len(env_fns)
+        if async_batches and options.n_workers is None and options.main_shard is None:
+            options = dataclasses.replace(options, main_shard=False)  # every env steps beside the policy
         try:
             self._pool = make_pool(env_fns, options, autoreset_mode=self.autoreset_mode, obs_space_match=obs_space_match)
         except SpaceMismatchError as exc:

@@ -213,3 +213,12 @@ def test_machine_scale_times_the_reference_loop(monkeypatch):
     clock = iter(range(0, 1000, 2))  # every timed batch takes 2 s on the fake clock
     monkeypatch.setattr(autoconfig.time, "perf_counter", lambda: next(clock))
     assert autoconfig.machine_scale(repeats=4, batches=3) == pytest.approx(0.5 / autoconfig.REFERENCE_LOOP_TIME)
+
+
+def test_async_batches_put_every_env_in_a_worker_unless_told_otherwise(closing):
+    chosen = closing(ShmVectorEnv([cartpole] * 4, batch_size=2, start_method="fork"))
+    assert chosen._pool.main is None and chosen.n_workers >= 1  # a main shard would step inside send()
+    told = closing(ShmVectorEnv([cartpole] * 4, batch_size=2, main_shard=True, start_method="fork"))
+    assert told._pool.main is not None
+    sync = closing(ShmVectorEnv([cartpole] * 4, start_method="fork"))
+    assert sync._pool.plan.reason.startswith("auto: ") and sync._pool.plan.main_shard  # light envs, sync: in-process
