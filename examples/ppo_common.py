@@ -28,8 +28,9 @@ def parse_args(async_batches: bool) -> argparse.Namespace:
     if async_batches:
         p.add_argument("--batch-size", type=int, default=8, help="envs per recv() (num_envs // batch_size batches)")
     else:
-        p.add_argument("--vec", choices=("shm", "sync"), default="shm",
-                       help="shm: shmvec's ShmVectorEnv; sync: Gymnasium's SyncVectorEnv (the reference)")
+        p.add_argument("--vec", choices=("shm", "sync", "envpool"), default="shm",
+                       help="shm: shmvec's ShmVectorEnv; sync: Gymnasium's SyncVectorEnv (the reference); "
+                            "envpool: EnvPool's own env (needs envpool)")
     p.add_argument("--n-workers", type=int, default=None, help="ShmVectorEnv's n_workers (default: its own choice)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--num-steps", type=int, default=32, help="steps per env per rollout")
@@ -59,12 +60,17 @@ def make_env_fns(args: argparse.Namespace) -> list:
 
 
 def make_vector_env(args: argparse.Namespace, **options) -> gym.vector.VectorEnv:
-    """``args.vec``'s vector env over ``args.num_envs`` envs, autoreset NEXT_STEP (both defaults).
+    """``args.vec``'s vector env over ``args.num_envs`` envs, autoreset NEXT_STEP (every one's default).
 
-    ``options`` (e.g. ``batch_size``) go to ShmVectorEnv; ``--vec sync`` takes none.
+    ``options`` (e.g. ``batch_size``) go to ShmVectorEnv; the others take none.
     """
-    if getattr(args, "vec", "shm") == "sync":
+    vec = getattr(args, "vec", "shm")
+    if vec == "sync":
         return gym.vector.SyncVectorEnv(make_env_fns(args), autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    if vec == "envpool":
+        import envpool  # optional
+
+        return envpool.make_gymnasium(args.env_id, num_envs=args.num_envs, seed=args.seed)
     return ShmVectorEnv(make_env_fns(args), n_workers=args.n_workers, **options)
 
 
