@@ -93,6 +93,28 @@ def model_plot(points: Sequence[ModelPoint], path: str) -> str:
     return _save(fig, path)
 
 
+def ratio_bars(groups: dict[str, dict[str, float]], path: str, title: str, ylabel: str) -> str:
+    """Grouped bars: one group per key of ``groups``, one bar per implementation in it, its ratio on top."""
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * sum(len(g) for g in groups.values()) + 1), 4.5))
+    x, ticks, labelled = 0.0, [], set()
+    for group, bars in groups.items():
+        start = x
+        for tag, ratio in bars.items():
+            color = _style(tag)["color"]
+            ax.bar(x, ratio, width=0.8, color=color, label=None if tag in labelled else tag)
+            ax.annotate(f"{ratio:.2f}", (x, ratio), ha="center", va="bottom", fontsize=7)
+            labelled.add(tag)
+            x += 1
+        ticks.append(((start + x - 1) / 2, group))
+        x += 0.8  # a gap between groups
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([t for t, _ in ticks], [g for _, g in ticks], rotation=20, ha="right", fontsize=8)
+    ax.set(ylabel=ylabel, title=title)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def plot_all(results: Sequence[Result], out: str) -> list[str]:
     """Throughput and speed-up plots for every env in ``results``; return the file names."""
     files = []

@@ -8,17 +8,15 @@ the trajectory of env ``i`` is the rows with ``env_id == i`` in order (as CleanR
 PPO does). A row's reward and done flags are the outcome of that env's *previous* action.
 The last row of each env has no outcome yet: it is trained on in the next rollout.
 Prints the mean episodic return as it learns and, at the end, a line
-``TIMING rollout=...s update=...s total=...s``.
+``TIMING rollout=...s update=...s total=...s`` (``--json``: one JSON line instead).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from ppo_common import (TRAINED, Agent, Episodes, PhaseTimer, anneal, gae, make_env_fns, parse_args, ppo_update,
-                        seed_everything)
-
-from shmvec import ShmVectorEnv
+from ppo_common import (TRAINED, Agent, Episodes, PhaseTimer, anneal, finish, gae, make_vector_env, parse_args,
+                        ppo_update, seed_everything)
 
 FIELDS = ("env_id", "obs", "actions", "logprobs", "values", "rewards", "terminated", "ended")
 
@@ -43,7 +41,7 @@ def per_env_advantages(rows: dict[str, np.ndarray], num_envs: int, args) -> tupl
 def main() -> None:
     args = parse_args(async_batches=True)
     seed_everything(args.seed)
-    envs = ShmVectorEnv(make_env_fns(args), n_workers=args.n_workers, batch_size=args.batch_size)
+    envs = make_vector_env(args, batch_size=args.batch_size)
     agent = Agent(envs.single_observation_space.shape[0], envs.single_action_space.n)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     episodes, timer = Episodes(args.num_envs), PhaseTimer()
@@ -72,8 +70,7 @@ def main() -> None:
             ppo_update(agent, optimizer, {k: rows[k][trainable] for k in TRAINED}, args)
         if iteration % 10 == 9 or iteration == args.num_iterations - 1:
             episodes.report((iteration + 1) * args.rollout_size)
-    envs.close()
-    print(timer.line())
+    finish(timer, args, envs)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-"""What ppo_sync.py and ppo_async.py share: arguments, the network, GAE along one time axis,
-the PPO update, episode returns and the phase timer. CleanRL's ppo.py, condensed.
+"""What ppo_sync.py and ppo_async.py share: arguments, the vector env, the network, GAE along
+one time axis, the PPO update, episode returns and the phase timer. CleanRL's ppo.py, condensed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections import deque
 
@@ -13,6 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 from torch.distributions import Categorical
+
+from shmvec import ShmVectorEnv
 
 TRAINED = ("obs", "actions", "logprobs", "values", "advantages")  # what the update needs of each transition
 
@@ -24,7 +27,11 @@ def parse_args(async_batches: bool) -> argparse.Namespace:
     p.add_argument("--num-envs", type=int, default=16)
     if async_batches:
         p.add_argument("--batch-size", type=int, default=8, help="envs per recv() (num_envs // batch_size batches)")
-    p.add_argument("--n-workers", type=int, default=2)
+    else:
+        p.add_argument("--vec", choices=("shm", "sync", "envpool"), default="shm",
+                       help="shm: shmvec's ShmVectorEnv; sync: Gymnasium's SyncVectorEnv (the reference); "
+                            "envpool: EnvPool's own env (needs envpool)")
+    p.add_argument("--n-workers", type=int, default=None, help="ShmVectorEnv's n_workers (default: its own choice)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--num-steps", type=int, default=32, help="steps per env per rollout")
     p.add_argument("--learning-rate", type=float, default=2.5e-4)
@@ -36,6 +43,7 @@ def parse_args(async_batches: bool) -> argparse.Namespace:
     p.add_argument("--ent-coef", type=float, default=0.01)
     p.add_argument("--vf-coef", type=float, default=0.5)
     p.add_argument("--max-grad-norm", type=float, default=0.5)
+    p.add_argument("--json", action="store_true", help="print the timing as one JSON line instead of the TIMING line")
     args = p.parse_args()
     args.rollout_size = args.num_envs * args.num_steps
     args.num_iterations = args.total_timesteps // args.rollout_size
@@ -45,11 +53,25 @@ def parse_args(async_batches: bool) -> argparse.Namespace:
 def seed_everything(seed: int) -> None:
     np.random.seed(seed)
     torch.manual_seed(seed)
-    torch.set_num_threads(1)  # a tiny MLP: more threads only fight the env workers for the cores
 
 
 def make_env_fns(args: argparse.Namespace) -> list:
     return [lambda: gym.make(args.env_id)] * args.num_envs
+
+
+def make_vector_env(args: argparse.Namespace, **options) -> gym.vector.VectorEnv:
+    """``args.vec``'s vector env over ``args.num_envs`` envs, autoreset NEXT_STEP (every one's default).
+
+    ``options`` (e.g. ``batch_size``) go to ShmVectorEnv; the others take none.
+    """
+    vec = getattr(args, "vec", "shm")
+    if vec == "sync":
+        return gym.vector.SyncVectorEnv(make_env_fns(args), autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    if vec == "envpool":
+        import envpool  # optional
+
+        return envpool.make_gymnasium(args.env_id, num_envs=args.num_envs, seed=args.seed)
+    return ShmVectorEnv(make_env_fns(args), n_workers=args.n_workers, **options)
 
 
 def layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
@@ -162,3 +184,16 @@ class PhaseTimer:
     def line(self) -> str:
         total = time.perf_counter() - self.start
         return f"TIMING rollout={self.seconds['rollout']:.3f}s update={self.seconds['update']:.3f}s total={total:.3f}s"
+
+    def json_line(self, steps: int, vec_env: str) -> str:
+        """The timing as one JSON line, with the env steps taken and the vector env's ``repr``."""
+        total = time.perf_counter() - self.start
+        return json.dumps({**self.seconds, "total": total, "steps": steps, "vec_env": vec_env,
+                           "torch_threads": torch.get_num_threads()})
+
+
+def finish(timer: PhaseTimer, args: argparse.Namespace, envs: gym.vector.VectorEnv) -> None:
+    """Close ``envs`` and print the timing: the TIMING line, or with ``--json`` one JSON line."""
+    described = repr(envs)  # before close: the configuration that ran the steps
+    envs.close()
+    print(timer.json_line(args.num_iterations * args.rollout_size, described) if args.json else timer.line())

@@ -1,24 +1,24 @@
 """PPO on CartPole with synchronous steps: every env steps, then the policy runs on all of them.
 
-The twin of ppo_async.py (same hyperparameters and update): ``python examples/ppo_sync.py``.
-Prints the mean episodic return as it learns and, at the end, a line
-``TIMING rollout=...s update=...s total=...s``.
+The twin of ppo_async.py (same hyperparameters and update): ``python examples/ppo_sync.py``
+over shmvec's ShmVectorEnv (its default options), or ``--vec sync`` over Gymnasium's
+SyncVectorEnv, the same loop either way. Prints the mean episodic return as it learns and,
+at the end, a line ``TIMING rollout=...s update=...s total=...s`` (``--json``: one JSON
+line with those seconds, the steps and the vector env's ``repr``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from ppo_common import (TRAINED, Agent, Episodes, PhaseTimer, anneal, gae, make_env_fns, parse_args, ppo_update,
-                        seed_everything)
-
-from shmvec import ShmVectorEnv
+from ppo_common import (TRAINED, Agent, Episodes, PhaseTimer, anneal, finish, gae, make_vector_env, parse_args,
+                        ppo_update, seed_everything)
 
 
 def main() -> None:
     args = parse_args(async_batches=False)
     seed_everything(args.seed)
-    envs = ShmVectorEnv(make_env_fns(args), n_workers=args.n_workers)  # autoreset NEXT_STEP
+    envs = make_vector_env(args)  # autoreset NEXT_STEP
     agent = Agent(envs.single_observation_space.shape[0], envs.single_action_space.n)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     T, N = args.num_steps, args.num_envs
@@ -49,8 +49,7 @@ def main() -> None:
             ppo_update(agent, optimizer, {k: data[k][valid] for k in TRAINED}, args)
         if iteration % 10 == 9 or iteration == args.num_iterations - 1:
             episodes.report((iteration + 1) * args.rollout_size)
-    envs.close()
-    print(timer.line())
+    finish(timer, args, envs)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,51 @@
+"""Smoke tests of the training benchmark (tiny runs, no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import training
+
+
+@pytest.mark.smoke
+def test_plan_rotates_the_impls_and_always_runs_the_reference():
+    args = training.parse_args(["--workloads", "ppo-cartpole,cleanrl-cartpole", "--impls", "subproc,shm",
+                                "--repeats", "3"])
+    runs, skipped = training.plan(args)
+    order = [(r.repeat, r.workload, r.impl) for r in runs]
+    assert order[:3] == [(0, "ppo-cartpole", "dummy"), (0, "ppo-cartpole", "subproc"), (0, "ppo-cartpole", "shm")]
+    assert order[3:5] == [(0, "cleanrl-cartpole", "sync"), (0, "cleanrl-cartpole", "shm")]
+    assert [impl for rep, w, impl in order if rep == 1 and w == "ppo-cartpole"] == ["subproc", "shm", "dummy"]
+    assert [impl for rep, w, impl in order if rep == 2 and w == "ppo-cartpole"] == ["shm", "dummy", "subproc"]
+    assert [impl for rep, w, impl in order if rep == 1 and w == "cleanrl-cartpole"] == ["shm", "sync"]
+    assert not any("envpool" in why for why in skipped)  # not asked for
+
+
+@pytest.mark.smoke
+def test_unknown_names_are_refused():
+    with pytest.raises(SystemExit):
+        training.parse_args(["--workloads", "ppo-nosuchenv"])
+    with pytest.raises(SystemExit):
+        training.parse_args(["--impls", "shm,fast"])
+
+
+@pytest.mark.smoke
+def test_smoke_training_writes_results_markdown_and_plot(tmp_path):
+    """One tiny A2C job per implementation, each in its own process, end to end."""
+    assert training.main(["--workloads", "a2c-cartpole", "--impls", "dummy,shm", "--scale", "0.005",
+                          "--repeats", "1", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows = {row["impl"]: row for row in results["summary"]}
+    assert set(rows) == {"dummy", "shm"}
+    for row in rows.values():
+        assert row["steps"] >= 150 and row["runs"] == 1
+        assert all(row["seconds"][k] > 0 for k in ("rollout", "update", "total", "process"))
+        assert row["seconds"]["rollout"] + row["seconds"]["update"] <= row["seconds"]["total"]
+        assert row["ratios"]["total"] > 0
+    assert rows["dummy"]["ratios"]["total"] == 1.0
+    assert rows["shm"]["vec_envs"][0].startswith("ShmPoolVecEnv(") and rows["dummy"]["vec_envs"] == ["DummyVecEnv"]
+    text = (tmp_path / "training.md").read_text()
+    assert text.startswith(training.HEADING) and "| a2c-cartpole | shm |" in text and "nproc" in text
+    assert (tmp_path / "training.png").stat().st_size > 0
