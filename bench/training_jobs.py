@@ -205,28 +205,6 @@ def envpool_atari(workload: Sb3Workload):
                                                 episodic_life=True, reward_clip=True))
 
 
-class PhaseClock:
-    """Seconds spent in a model's ``collect_rollouts`` (rollout) and ``train`` (update).
-
-    Wraps the bound methods with instance attributes, which ``learn()`` calls instead.
-    """
-
-    def __init__(self, model: Any):
-        self.seconds = {"rollout": 0.0, "update": 0.0}
-        for attr, phase in (("collect_rollouts", "rollout"), ("train", "update")):
-            setattr(model, attr, self._timed(getattr(model, attr), phase))
-
-    def _timed(self, method, phase: str):
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                self.seconds[phase] += time.perf_counter() - start
-
-        return timed
-
-
 def describe(venv: Any) -> str:
     """``repr(venv)``, or its class's name where that is object's ``<... at 0x...>``."""
     text = repr(venv)
@@ -238,19 +216,18 @@ def run_sb3(workload: Sb3Workload, impl: str, scale: float, device: str) -> dict
     import stable_baselines3 as sb3
     import torch
 
+    from shmvec.demo import timed_learn
+
     start = time.perf_counter()
     venv = build_vec_env(workload, impl)
     try:
         model = getattr(sb3, workload.algo)(workload.policy, venv, seed=0, device=device, verbose=0, **workload.hyper)
-        clock = PhaseClock(model)
         setup = time.perf_counter() - start
-        start = time.perf_counter()
-        model.learn(total_timesteps=scaled(workload.timesteps, scale))
-        total = time.perf_counter() - start
+        seconds = timed_learn(model, scaled(workload.timesteps, scale))
         described = describe(venv.unwrapped)  # before close: the configuration that ran the steps
     finally:
         venv.close()
-    return {**clock.seconds, "total": total, "setup": setup, "steps": model.num_timesteps, "vec_env": described,
+    return {**seconds, "setup": setup, "steps": model.num_timesteps, "vec_env": described,
             "torch_threads": torch.get_num_threads(), "device": str(model.device)}
 
 
