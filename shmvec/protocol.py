@@ -35,6 +35,8 @@ Each hand-off, as writer: what -> the post that publishes it -> reader, after ta
   error follows on the pipe.
 - main, start-up and restart: the worker's control row (zeroed, ``CTRL_OBS_BUFFER``) ->
   the pipe (Attach) -> worker k, once it has received Attach.
+- worker k, restarted: its envs' reset rows -> the pipe (their reset infos) -> main, once
+  it has received them.
 
 The Ray backend adds no shared cells: the driver and a node's actor talk through Ray
 calls, and the node's own pool follows the list above.
