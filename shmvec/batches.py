@@ -3,10 +3,11 @@
 Every env is in one of three states: *held* (the caller has its latest result and owes
 it an action), *in flight* (sent, being stepped) or *queued* (finished, waiting in the
 FIFO for a ``recv``). ``send`` puts env ids in their workers' inboxes; each worker steps
-them one by one and publishes each in its outbox with a timestamp. ``recv`` moves what
-the outboxes published into the FIFO, oldest first across workers, and returns the first
-M: no env starves, and batches need not align with shards. Envs of the main shard are
-stepped at ``send`` and queued at once. See :mod:`shmvec.pool` for the data flow.
+them one by one and publishes each in its outbox with a timestamp, by a post on its
+``finished`` signal. ``recv`` moves what the outboxes published into the FIFO, oldest
+first across workers, and returns the first M: no env starves, and batches need not align
+with shards. Envs of the main shard are stepped at ``send`` and queued at once. See
+:mod:`shmvec.pool` for the data flow and :mod:`shmvec.protocol` for what publishes what.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from gymnasium.vector import AutoresetMode
 from shmvec import layout as lay
 from shmvec.errors import AlreadyPendingError, NoPendingCallError, StepStateError, StepTimeoutError
 from shmvec.failures import main_shard_error, ranges, remote_error
-from shmvec.link import IDLE, LIVENESS_INTERVAL, WorkerLink
-from shmvec.protocol import Command, ErrorReport, Reset, StepInfo
+from shmvec.link import LIVENESS_INTERVAL, WorkerLink
+from shmvec.protocol import ErrorReport, Reset, StepInfo
 from shmvec.restart import RestartNeeded
 from shmvec.shard import EnvFailed, with_shm_finals
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 HELD, IN_FLIGHT, QUEUED = 0, 1, 2
 _count_nonzero = np.count_nonzero
-_COMMAND_SEND = int(Command.SEND)
 
 
 class AsyncSchedule:
@@ -46,8 +46,6 @@ class AsyncSchedule:
         self.state = np.full(pool.num_envs, HELD, dtype=np.int8)
         self.fifo: deque[int] = deque()
         self.records: dict[int, StepInfo] = {}  # queued envs whose step sent a record
-        self.sent = [0] * pool.n_workers  # per worker: ids put in its inbox
-        self.taken = [0] * pool.n_workers  # per worker: ids taken from its outbox
         self.restarted: set[int] = set()  # held envs whose worker was restarted: their next send reports it
         self._resetting: list[int] = []  # envs of an async reset not collected yet
 
@@ -123,14 +121,7 @@ class AsyncSchedule:
                 by_worker.setdefault(pool.shard_of(i), []).append(i)
         main_ids = by_worker.pop(pool.n_workers, [])
         for k, ids in by_worker.items():
-            link = pool.links[k]
-            size = link.stop - link.start
-            for i in ids:
-                self.inbox[link.start + self.sent[k] % size] = i
-                self.sent[k] += 1
-            link.ctrl[lay.CTRL_SENT] = self.sent[k]  # before the command and seq: the worker reads them after
-            link.post(_COMMAND_SEND)
-            link.owes = IDLE  # its answers come through the outbox, not through done
+            pool.links[k].put(ids, self.inbox)
         if main_ids:
             self._step_main(main_ids)
 
@@ -177,15 +168,18 @@ class AsyncSchedule:
         return env_ids, {record.env_index: record for record in pool.pickled.keep_obs(records)}
 
     def _scan(self) -> None:
-        """Queue what the outboxes published since the last scan, oldest first; raise an env's error."""
+        """Queue what the outboxes published since the last scan, oldest first; raise an env's error.
+
+        A worker's outbox slot, and the rows of its env, are read only after taking the post
+        on ``finished`` that published them: one slot per post.
+        """
         finished: list[tuple[int, int]] = []
         error = None
         for link in self.pool.links:
-            k, size = link.index, link.stop - link.start
-            published = int(link.ctrl[lay.CTRL_READY])
-            while self.taken[k] < published:
-                i = int(self.outbox[link.start + self.taken[k] % size])
-                self.taken[k] += 1
+            size = link.stop - link.start
+            for _ in range(link.finished.drain()):
+                i = int(self.outbox[link.start + link.taken % size])
+                link.taken += 1
                 if self.env_status[i] != 0:  # its record or error follows on the pipe
                     message = self.pool.message_from(link, send_reply=True).payload
                     if isinstance(message, ErrorReport):
@@ -221,8 +215,6 @@ class AsyncSchedule:
         """Re-create ``link``'s worker: its in-flight and queued envs report a truncation now, held ones at their next send."""
         self._scan()  # what it finished before dying stands
         reset_infos = self.pool.restarter.restart(link)
-        k = link.index
-        self.sent[k] = self.taken[k] = 0
         envs = range(link.start, link.stop)
         lost = [i for i in envs if self.state[i] != HELD]
         for i in lost:

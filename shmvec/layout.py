@@ -31,17 +31,13 @@ from shmvec.errors import UnsupportedSpaceError
 ALIGNMENT = 64  # bytes; one cache line, so neighbouring fields never share one
 
 # Columns of the per-worker control block (one int64 row of 8 = 64 bytes per worker).
-# The main process posts a command as ONE word, seq * POST_SPAN + command (protocol.Command):
-# a worker reading two cells could pair a new seq with an old command, and then read the
-# pipe for a request it had already handled under the previous seq (a hang).
-CTRL_POST = 0  # written by the main process: seq * POST_SPAN + command
+# The main process posts a command as ONE word (one store, read whole: a worker reading
+# two cells could pair a new seq with an old command), see protocol.post_word.
+CTRL_POST = 0  # written by the main process: protocol.post_word(seq, sent, command)
 CTRL_STATUS = 1  # written by the worker: a protocol.Status
-CTRL_SENT = 2  # async batches: env ids the main process has put in the worker's inbox so far
-CTRL_READY = 3  # async batches: env ids the worker has put in its outbox so far
 CTRL_OBS_BUFFER = 4  # double-buffered observations: which buffer the posted command writes
 CTRL_NEXT_WAIT = 5  # written by the main process with each STEP: a protocol.NextWait
 CTRL_WIDTH = 8
-POST_SPAN = 16  # > every protocol.Command
 
 # Async batches: per-env fields. Worker k uses rows [s_k, e_k) of INBOX and OUTBOX as
 # rings of env ids (it never has more than e_k - s_k envs in flight).

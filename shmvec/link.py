@@ -1,9 +1,11 @@
 """One worker process as the main process sees it: :class:`WorkerLink`.
 
-A link owns the worker's process, its pipe and its two signals (``cmd``: main -> worker,
-``done``: worker -> main), knows the worker's env range and remembers what the worker
-still owes, so that an interrupted wait (Ctrl-C, a timeout) never lets a late answer be
-taken for the next command's. The pool holds one link per worker.
+A link owns the worker's process, its pipe and its three signals (``cmd``: main -> worker,
+``done``: worker -> main, per command; ``finished``: worker -> main, per env of an async
+send), knows the worker's env range and remembers what the worker still owes, so that an
+interrupted wait (Ctrl-C, a timeout) never lets a late answer be taken for the next
+command's. The pool holds one link per worker. What each signal publishes:
+:mod:`shmvec.protocol`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from shmvec import layout as lay
 from shmvec.failures import describe_exit
-from shmvec.protocol import Command, ErrorReport, SendReply, Status
+from shmvec.protocol import Command, ErrorReport, SendReply, Status, post_word
 from shmvec.sync import Signal
 from shmvec.worker import worker_main
 
@@ -27,8 +29,7 @@ LIVENESS_INTERVAL = 0.1  # seconds between checks that every worker is still ali
 # What the main process still expects from a worker.
 IDLE, AWAIT_DONE, AWAIT_PAYLOAD = 0, 1, 2
 # Plain ints for the hot path: attribute access on an IntEnum member costs ~1 µs.
-_POST_SPAN = lay.POST_SPAN
-_STATUS_OK = int(Status.OK)
+_STATUS_OK, _COMMAND_SEND = int(Status.OK), int(Command.SEND)
 NOTHING = object()  # recv(): no message within the time slice
 
 
@@ -39,12 +40,14 @@ class WorkerLink:
         self.index, self.start, self.stop = index, start, stop
         self.cmd = Signal.create()  # only the worker waits on it (with its own max_spin)
         self.done = Signal.create(max_spin)
+        self.finished = Signal.create()  # one post per env the worker puts in its outbox: publishes its rows
         self.conn: Any = None
         self.process: Any = None
         self.ctrl: np.ndarray | None = None  # its row of the control block, once the arena exists
         self.owes = IDLE
         self.send_replies: deque[SendReply] = deque()  # read ahead of a rare call's reply
-        self.seq = 0  # commands posted so far; the worker ignores a wake-up with no new one
+        self.seq = 0  # posts on cmd so far: the seq of the last command word
+        self.sent = self.taken = 0  # async sends: env ids put in its inbox, taken from its outbox
 
     @property
     def envs(self) -> str:
@@ -55,7 +58,8 @@ class WorkerLink:
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         self.conn = parent_conn
         blob = cloudpickle.dumps((list(env_fns[self.start : self.stop]), env_wrapper))
-        args = (self.index, child_conn, blob, self.start, self.cmd.name, self.done.name, max_spin, worker_threads, os.getpid())
+        names = (self.cmd.name, self.done.name, self.finished.name)
+        args = (self.index, child_conn, blob, self.start, names, max_spin, worker_threads, os.getpid())
         self.process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"shmvec-worker-{self.index}")
         self.process.start()
         child_conn.close()
@@ -64,12 +68,29 @@ class WorkerLink:
     # -- the per-step path -----------------------------------------------------------
 
     def post(self, command: int) -> None:
-        """Have the worker run ``command``; it answers through ``done`` (then the pipe if flagged)."""
-        ctrl = self.ctrl
-        self.seq += 1
-        ctrl[lay.CTRL_POST] = self.seq * _POST_SPAN + command  # one store: see layout.CTRL_POST
+        """Have the worker run ``command``; it answers through ``done`` (then the pipe if flagged).
+
+        From the store to the post nothing can raise KeyboardInterrupt (CPython raises it
+        on entering a function, after a call returns and at loop jumps; the post is one C
+        call), so the word, the seq and the post happen together or not at all: a word
+        without its post would leave the worker's count of posts one behind the seqs for good.
+        """
+        seq = self.seq + 1
+        word = post_word(seq, self.sent, command)
+        self.ctrl[lay.CTRL_POST] = word  # published by the post below, with every store before it
+        self.seq = seq
         self.owes = AWAIT_DONE
         self.cmd.post()
+
+    def put(self, env_ids: list[int], inbox: np.ndarray) -> None:
+        """Async batches: have the worker step ``env_ids`` (their action rows are written); they
+        come back through the outbox, each published by a post on :attr:`finished`."""
+        start, size = self.start, self.stop - self.start
+        for i in env_ids:
+            inbox[start + self.sent % size] = i
+            self.sent += 1
+        self.post(_COMMAND_SEND)  # publishes the slots: the worker reads them after taking it
+        self.owes = IDLE  # its answers come through the outbox, not through done
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the posted command to finish; False if it has not yet."""
@@ -162,6 +183,7 @@ class WorkerLink:
         """Close the signals (the owner unlinks them). Idempotent."""
         self.cmd.close()
         self.done.close()
+        self.finished.close()
         self.ctrl = None
 
 

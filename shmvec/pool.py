@@ -1,7 +1,8 @@
 """The engine: N envs in K worker processes over one shared-memory arena.
 
-Each worker is a :class:`~shmvec.link.WorkerLink` here (process, pipe, signals ``cmd``
-and ``done``, env range, what it still owes). Four flows run over the links.
+Each worker is a :class:`~shmvec.link.WorkerLink` here (process, pipe, signals ``cmd``,
+``done`` and ``finished``, env range, what it still owes). Four flows run over the links
+(what publishes each hand-off: :mod:`shmvec.protocol`).
 
 Start-up handshake (and again for a restarted worker, see :mod:`shmvec.restart`)::
 
@@ -15,7 +16,7 @@ Synchronous step (nothing pickled unless an env returned an info or ended)::
 
     step_async: write the action rows,
       ctrl[k].next_wait (how to wait after it),
-      ctrl[k].post = STEP, post cmd[k] ──────────▶ step each env, write obs/reward/flag rows
+      ctrl[k].post = (seq, STEP), post cmd[k] ───▶ step each env, write obs/reward/flag rows
     (main_shard: step the main shard meanwhile)    ctrl[k].status = OK | REPLY | ERROR
     step_wait: wait done[k] ◀───────────────────── post done[k]; then, unless OK, the pipe:
       (spin, then block in slices that check        [StepInfo, ...] or an ErrorReport
@@ -23,23 +24,24 @@ Synchronous step (nothing pickled unless an env returned an info or ended)::
 
 Rare calls (reset, get_attr, env_method, render, ...; :mod:`shmvec.requests`)::
 
-    requests.send: ctrl[k].post = MESSAGE,
+    requests.send: ctrl[k].post = (seq, MESSAGE),
       post cmd[k], pipe: Reset | RunOps ─────────▶ run it on the named envs
     requests.wait: wait done[k], recv ◀────────── status REPLY | ERROR; pipe: {env: result}
 
-Every command carries a sequence number, in the same word (``ctrl[k].post``, one store):
-a wake-up with no new one is stale and ignored, and a worker runs the sends in its inbox
-before any other command.
+Every command carries the number of its post on ``cmd[k]`` (its seq) in the same word
+(``ctrl[k].post``, one store): a worker that reads the word before taking that post takes
+posts until it has, and runs the sends in its inbox before any other command.
 
 Async batches (``send``/``recv``, :mod:`shmvec.batches`; an async reset is a rare call
 whose envs :meth:`recv` then returns)::
 
     batches.send(env_ids): write their action rows;
-      inbox[k] += ids, ctrl[k].post = SEND,
-      post cmd[k] ───────────────────────────────▶ for each new id, in order: step that env,
-                                                    write its rows (pipe: its info or error),
-    batches.recv(M): take the ids in the outboxes,  outbox[k] += id, ctrl[k].ready += 1,
-      oldest first, until M are queued ◀─────────── post ready (one signal for all workers)
+      inbox[k] += ids, ctrl[k].post =
+      (seq, sent, SEND), post cmd[k] ────────────▶ for each id up to sent, in order: step that
+                                                    env, write its rows, outbox[k] += id,
+    batches.recv(M): for each post taken from       post finished[k], post ready (one signal
+      finished[k], take an id from outbox[k];       for all workers: a wake-up);
+      queue them oldest first until M are ◀──────── then the pipe: its info or error
       (else wait on ready, watching liveness)
 
 A dead worker raises :class:`~shmvec.errors.WorkerDiedError` and breaks the pool (one

@@ -1,12 +1,45 @@
-"""What the main process and a worker say to each other.
+"""What the main process and a worker say to each other, and how each hand-off is published.
 
-The per-step path uses only two int64 cells of the control block (``layout.CTRL_*``)
-and two semaphores; everything below the enums is a rare message pickled through the
-worker's pipe: start-up, reset, attribute/method calls, non-empty infos and errors.
-Spaces with leaves of no fixed size (``layout.Leaf.pickled``) add per-step messages:
-:class:`PickledActions` after each STEP command when the action space has such leaves,
-and a :class:`StepInfo` for every env, carrying ``pickled_obs``, in each step reply when
-the observation space has them.
+The per-step path uses the control block (``layout.CTRL_*``) and the worker's semaphores;
+everything below the enums is a rare message pickled through the worker's pipe: start-up,
+reset, attribute/method calls, non-empty infos and errors. Spaces with leaves of no fixed
+size (``layout.Leaf.pickled``) add per-step messages: :class:`PickledActions` after each
+STEP command when the action space has such leaves, and a :class:`StepInfo` for every env,
+carrying ``pickled_obs``, in each step reply when the observation space has them.
+
+The invariant: every datum that crosses processes is read only after acquiring the
+semaphore post that published it. A ``sem_post`` publishes every store its poster made
+before it; a wait or ``acquire(0)`` that takes that post, or a later one of the same
+semaphore, sees them. Plain numpy stores and loads are not ordered (aarch64 may show a
+later store before an earlier one), so a cell read without that acquire, a count or a
+flag, vouches for nothing else. A pipe message publishes what its sender wrote before
+sending it in the same way (the kernel's pipe lock orders memory like a semaphore).
+
+Each hand-off, as writer: what -> the post that publishes it -> reader, after taking it:
+
+- main, every command: the ``CTRL_POST`` word (seq, sent, command) -> the ``seq``-th post
+  on ``cmd[k]`` -> worker k, once it has taken ``seq`` posts (see :func:`post_word`).
+- main, STEP: the action rows, ``CTRL_NEXT_WAIT``, ``CTRL_OBS_BUFFER`` -> the STEP's post
+  -> worker k, with the word. Pickled action leaves follow on the pipe.
+- main, MESSAGE: the request -> the pipe (``CTRL_OBS_BUFFER`` of a full reset: the post)
+  -> worker k, after the word.
+- main, SEND: inbox slots up to ``sent`` and their action rows -> the SEND's post (or a
+  later one) -> worker k, which steps exactly the ids up to the ``sent`` of the word it
+  acts on, never a count read again.
+- worker k, a command's answer: ``CTRL_STATUS`` and its rows (observations, rewards,
+  flags, final observations) -> ``done[k]``, one post per command -> main
+  (``WorkerLink.wait``), then the reply on the pipe.
+- worker k, env i of a send: its rows, ``ENV_STATUS[i]``, ``READY_NS[i]``, its outbox slot
+  -> ``finished[k]``, one post per env -> main (``AsyncSchedule._scan``), one outbox slot
+  per post taken; ``ready``, shared by the workers, only wakes it. Env i's record or
+  error follows on the pipe.
+- main, start-up and restart: the worker's control row (zeroed, ``CTRL_OBS_BUFFER``) ->
+  the pipe (Attach) -> worker k, once it has received Attach.
+- worker k, restarted: its envs' reset rows -> the pipe (their reset infos) -> main, once
+  it has received them.
+
+The Ray backend adds no shared cells: the driver and a node's actor talk through Ray
+calls, and the node's own pool follows the list above.
 """
 
 from __future__ import annotations
@@ -24,12 +57,12 @@ from shmvec.errors import EnvError
 
 
 class Command(enum.IntEnum):
-    """Written by the main process in the worker's control row (with its seq) before posting to it."""
+    """Written by the main process in the worker's control row (a :func:`post_word`) before posting to it."""
 
     STEP = 1  # step the shard with the actions in shared memory
     MESSAGE = 2  # a request object follows on the pipe
     CLOSE = 3  # close the envs and exit
-    SEND = 4  # async batches: step the envs newly put in the worker's inbox, one by one
+    SEND = 4  # async batches: step the envs put in the worker's inbox up to the word's ``sent``, one by one
 
 
 class NextWait(enum.IntEnum):
@@ -53,6 +86,32 @@ class Status(enum.IntEnum):
     ERROR = 2  # an ErrorReport follows on the pipe
 
 
+# The CTRL_POST word: seq | sent | command, in one int64.
+POST_SPAN = 16  # > every Command
+SENT_SPAN = 1 << 24  # > the envs of any worker, so that the ids in flight (sent minus taken) fit
+SEQ_SPAN = 1 << 35  # the rest of the word: seqs wrap, and a worker counts its posts mod SEQ_SPAN
+SENT_SHIFT = POST_SPAN.bit_length() - 1
+SEQ_SHIFT = SENT_SHIFT + SENT_SPAN.bit_length() - 1
+
+
+def post_word(seq: int, sent: int, command: int) -> int:
+    """The ``layout.CTRL_POST`` word of the ``seq``-th post on a worker's ``cmd``, made once the
+    main process has put ``sent`` env ids in the worker's inbox.
+
+    Each post overwrites the word. A worker acts on it only once it has taken ``seq`` posts,
+    when that post has published the word and every store before it; reading it ahead of
+    them, it takes posts until they match. Acting on the newest word loses nothing: ``sent``
+    counts every send, and after a STEP or MESSAGE the main process posts nothing until the
+    worker's ``done``, but a CLOSE, which supersedes it.
+    """
+    return (seq % SEQ_SPAN) << SEQ_SHIFT | (sent % SENT_SPAN) << SENT_SHIFT | command
+
+
+def read_word(word: int) -> tuple[int, int, int]:
+    """``(seq, sent, command)`` of a :func:`post_word` word (seq mod SEQ_SPAN, sent mod SENT_SPAN)."""
+    return word >> SEQ_SHIFT, (word >> SENT_SHIFT) % SENT_SPAN, word % POST_SPAN
+
+
 # ---- start-up -----------------------------------------------------------------------
 
 
@@ -74,7 +133,7 @@ class Attach:
     arena_name: str
     layout: Any  # layout.ArenaLayout
     autoreset_mode: AutoresetMode
-    ready_name: str  # the signal posted for every env an async send finishes
+    ready_name: str  # the signal posted for every env an async send finishes (a wake-up: see the module doc)
     # The worker replaces one that died: it resets its envs and replies their reset infos.
     restart: bool = False
 

@@ -75,10 +75,12 @@ class Restarter:
         old.close()
         link.process = None
         link.conn.close()
-        # Posts the dead worker never took (our command) or that we never took (its done).
+        # Posts the dead worker never took (our commands) or that we never took (its done,
+        # any finished send left), and the counts that went with them: the new one starts at 0.
         link.cmd.drain()
         link.done.drain()
-        link.seq = 0
+        link.finished.drain()
+        link.seq = link.sent = link.taken = 0
         link.send_replies.clear()
         link.ctrl[:] = 0
         link.ctrl[lay.CTRL_OBS_BUFFER] = pool.obs_buffer  # its reset observations belong to the step in progress

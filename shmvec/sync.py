@@ -50,7 +50,9 @@ HIT_WEIGHT = 0.25  # weight of the newest wait in the moving average of hits
 
 
 class Signal:
-    """One named semaphore, initially 0.
+    """One named semaphore, initially 0. ``post()`` adds one post: it is the semaphore's own
+    C method, so no Python code runs between a caller's last store and the post (see
+    :meth:`shmvec.link.WorkerLink.post`).
 
     Args:
         max_spin: upper bound, in seconds, of the adaptive spin before blocking;
@@ -65,6 +67,7 @@ class Signal:
         self._spin = max_spin  # current budget: max_spin, or 0 while spinning is off
         self._hits = 1.0  # moving average of "the wait ended within max_spin"
         self._off_waits = 0  # waits since spinning turned off (counts to the next probe)
+        self.post = sem.release
 
     @classmethod
     def create(cls, max_spin: float = 0.0) -> Signal:
@@ -75,9 +78,6 @@ class Signal:
     @classmethod
     def open(cls, name: str, max_spin: float = 0.0) -> Signal:
         return cls(posix_ipc.Semaphore(name), owner=False, max_spin=max_spin)
-
-    def post(self) -> None:
-        self._sem.release()
 
     def wait(self, timeout: float, spin: float | None = None) -> bool:
         """Take one post, spinning first; False if none came within ``timeout`` seconds.
@@ -137,14 +137,19 @@ class Signal:
         self._spin = spin
 
     def drain(self) -> int:
-        """Take every pending post without waiting; return how many there were."""
-        taken = 0
-        while True:
+        """Take every pending post without waiting; return how many there were.
+
+        Each post taken publishes what its poster wrote before it (the value read first
+        only says whether to try: a BusyError costs ~1 µs, and scans drain often).
+        """
+        sem, taken = self._sem, 0
+        while sem.value:
             try:
-                self._sem.acquire(0)
-            except posix_ipc.BusyError:
+                sem.acquire(0)
+            except posix_ipc.BusyError:  # another taker won
                 return taken
             taken += 1
+        return taken
 
     def close(self) -> None:
         """Close this handle; the owner also unlinks the name. Idempotent."""

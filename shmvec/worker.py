@@ -3,7 +3,9 @@
 Steps read actions from and write observations, rewards and flags to the shared
 arena in place; only non-empty infos, episode ends and rare requests go through the
 pipe. Every exception is caught and reported with its traceback; the worker then
-waits for the next command, so one failing env does not take the pool down.
+waits for the next command, so one failing env does not take the pool down. The worker
+reads what the main process wrote only once it has taken the post that published it,
+and publishes what it writes by a post (:mod:`shmvec.protocol`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,21 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
-from shmvec.protocol import Attach, Command, ErrorReport, NextWait, Reset, SendReply, Status, StepInfo
+from shmvec.protocol import (
+    POST_SPAN,
+    SENT_SHIFT,
+    SENT_SPAN,
+    SEQ_SHIFT,
+    SEQ_SPAN,
+    Attach,
+    Command,
+    ErrorReport,
+    NextWait,
+    Reset,
+    SendReply,
+    Status,
+    StepInfo,
+)
 from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.shm import attach
 from shmvec.sync import MAX_SPIN, Signal
@@ -38,7 +54,7 @@ THREAD_ENV_VARS = (
 # Plain ints for the hot path: attribute access on an IntEnum member costs ~1 µs.
 _COMMAND_STEP, _COMMAND_SEND = int(Command.STEP), int(Command.SEND)
 _STATUS_OK, _STATUS_REPLY = int(Status.OK), int(Status.REPLY)
-_POST_SPAN = lay.POST_SPAN
+_COMMAND_MASK, _SENT_MASK, _SEQ_MASK = POST_SPAN - 1, SENT_SPAN - 1, SEQ_SPAN - 1  # fields of a protocol.post_word
 _NEXT_SPIN = {int(NextWait.OWN): None, int(NextWait.BLOCK): 0.0, int(NextWait.SPIN): MAX_SPIN}  # see NextWait
 PARENT_CHECK_INTERVAL = 1.0  # seconds a worker blocks before checking its parent is alive
 ORPHAN_EXIT_CODE = 70  # the main process died while this worker was busy
@@ -93,8 +109,7 @@ def worker_main(
     conn: mp.connection.Connection,
     env_fns_blob: bytes,
     first_env: int,
-    cmd_name: str,
-    done_name: str,
+    signal_names: tuple[str, str, str],
     max_spin: float,
     n_threads: int | None,
     main_pid: int,
@@ -104,7 +119,8 @@ def worker_main(
     limit_threads(n_threads)
     parent_alive = _parent_watch(main_pid)
     _start_orphan_watchdog(parent_alive)
-    cmd, done = Signal.open(cmd_name, max_spin), Signal.open(done_name)
+    cmd_name, done_name, finished_name = signal_names
+    cmd, done, finished = Signal.open(cmd_name, max_spin), Signal.open(done_name), Signal.open(finished_name)
     envs: list[gym.Env] = []
     try:
         try:
@@ -120,7 +136,7 @@ def worker_main(
         views = attach_msg.layout.views(arena)
         shard = Shard(envs, first_env, views, attach_msg.layout, attach_msg.autoreset_mode, envs[0].action_space)
         ready = Signal.open(attach_msg.ready_name)
-        sends = _Sends(worker, conn, ready, shard, views)
+        sends = _Sends(worker, conn, ready, finished, shard, views)
         if shard.double_buffered:  # a restarted worker joins the step in progress: its buffer
             shard.select_obs_buffer(int(views["ctrl"][worker][lay.CTRL_OBS_BUFFER]))
         if attach_msg.restart:
@@ -139,6 +155,7 @@ def worker_main(
                 pass
         cmd.close()
         done.close()
+        finished.close()
 
 
 def _parent_watch(main_pid: int) -> Callable[[], bool]:
@@ -194,22 +211,22 @@ def _start_afresh(worker: int, conn: mp.connection.Connection, shard: Shard) -> 
 
 def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[str, np.ndarray], sends: _Sends) -> None:
     row = views["ctrl"][worker]
-    seen = 0  # the control word of the last command run
+    posts = 0  # posts taken from cmd (mod SEQ_SPAN): the word with this seq is published
     double_buffered = shard.double_buffered
     spin = None  # how long to spin for the next command (None: adaptively)
     while True:
         if not cmd.wait(PARENT_CHECK_INTERVAL, spin):
             spin = None
             continue  # idle; should the main process die, the orphan watchdog ends us
-        word = int(row[lay.CTRL_POST])  # read once: the command goes with its seq
-        if word == seen:
-            continue  # a stale wake-up: a SEND whose envs an earlier wake-up already stepped
-        seen = word
-        command = word % _POST_SPAN  # only a SEND can be skipped (posted twice before we woke): the inbox counts
+        posts = (posts + 1) & _SEQ_MASK
+        word = int(row[lay.CTRL_POST])  # read once: the command goes with its seq and count
+        if word >> SEQ_SHIFT != posts:
+            word, posts = _catch_up(cmd, row, posts)
+        command = word & _COMMAND_MASK
         if double_buffered:
             shard.select_obs_buffer(int(row[lay.CTRL_OBS_BUFFER]))
         spin = _NEXT_SPIN[row[lay.CTRL_NEXT_WAIT]] if command == _COMMAND_STEP else None
-        sends.run(row)  # sends come first, whatever the command: a reset of other envs may follow them
+        sends.run((word >> SENT_SHIFT) & _SENT_MASK)  # sends come first: a reset of other envs may follow them
         if command == _COMMAND_SEND:
             continue
         payload: Any = None
@@ -232,9 +249,22 @@ def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[st
         except Exception as exc:  # an env's, or ours (e.g. an unpicklable request or result)
             status, blob = Status.ERROR, dumps(capture(worker, exc))
         row[lay.CTRL_STATUS] = status
-        done.post()  # before sending: a large payload must not block on a full pipe
+        done.post()  # publishes the status and rows; before sending: a large payload must not block on a full pipe
         if status != _STATUS_OK:
             conn.send_bytes(blob)
+
+
+def _catch_up(cmd: Signal, row: np.ndarray, posts: int) -> tuple[int, int]:
+    """The word was written for a post we have not taken yet (several posts came at once, or
+    its own is about to come): take posts until the word read is the last one's; return
+    ``(word, posts)``. The main process posts right after writing, so this never waits long."""
+    while True:
+        word = int(row[lay.CTRL_POST])
+        ahead = ((word >> SEQ_SHIFT) - posts) & _SEQ_MASK
+        if ahead == 0 or ahead > _SEQ_MASK // 2:  # ours (or behind, never written: no waiting forever)
+            return word, posts
+        if cmd.wait(PARENT_CHECK_INTERVAL, MAX_SPIN):
+            posts = (posts + 1) & _SEQ_MASK
 
 
 def capture(worker: int, exc: Exception) -> ErrorReport:
@@ -247,22 +277,25 @@ def capture(worker: int, exc: Exception) -> ErrorReport:
 class _Sends:
     """Async batches, worker side: step the envs put in the inbox one by one, publishing each.
 
-    For every env: write its rows, its status and the time, put its id in the outbox,
-    count it in the control row, post ``ready``; then, unless its status is OK, send its
-    record or error report on the pipe (after publishing: the main process reads the
-    pipe only for envs it has seen finish, so sending first could deadlock on a full pipe).
+    For every env: write its rows, its status and the time, put its id in the outbox, post
+    ``finished`` (which publishes all of that) and ``ready`` (which wakes the main process);
+    then, unless its status is OK, send its record or error report on the pipe (after
+    publishing: the main process reads the pipe only for envs it has seen finish, so
+    sending first could deadlock on a full pipe).
     """
 
-    def __init__(self, worker: int, conn, ready: Signal, shard: Shard, views: dict[str, np.ndarray]):
-        self.worker, self.conn, self.ready, self.shard = worker, conn, ready, shard
+    def __init__(self, worker: int, conn, ready: Signal, finished: Signal, shard: Shard, views: dict[str, np.ndarray]):
+        self.worker, self.conn, self.ready, self.finished, self.shard = worker, conn, ready, finished, shard
         self.inbox, self.outbox = views[lay.INBOX], views[lay.OUTBOX]
         self.ready_ns, self.env_status = views[lay.READY_NS], views[lay.ENV_STATUS]
         self.start, self.size = shard.start, shard.stop - shard.start
         self.taken = self.published = 0
 
-    def run(self, row: np.ndarray) -> None:
+    def run(self, sent: int) -> None:
+        """Step the envs put in the inbox up to the ``sent``-th (mod SENT_SPAN), published by the post
+        taken with it; never more: a count read again could be ahead of the slots it covers."""
         shard, start, size = self.shard, self.start, self.size
-        while self.taken < row[lay.CTRL_SENT]:
+        for _ in range((sent - self.taken) & _SENT_MASK):
             i = int(self.inbox[start + self.taken % size])
             self.taken += 1
             blob = None
@@ -278,7 +311,7 @@ class _Sends:
             self.ready_ns[i] = time.monotonic_ns()
             self.outbox[start + self.published % size] = i
             self.published += 1
-            row[lay.CTRL_READY] = self.published
+            self.finished.post()
             self.ready.post()
             if blob is not None:
                 self.conn.send_bytes(blob)

@@ -315,9 +315,9 @@ def test_a_request_posted_while_a_worker_finishes_its_sends_runs_once(closing, m
     """
     run_sends = shmvec.worker._Sends.run
 
-    def descheduled_after_sends(self, row):
+    def descheduled_after_sends(self, sent):
         published = self.published
-        run_sends(self, row)
+        run_sends(self, sent)
         if self.published > published:  # after publishing: the main process goes on meanwhile
             time.sleep(0.05)
 

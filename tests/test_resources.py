@@ -26,7 +26,7 @@ def started(adapter: str, **kwargs):
     reset(env)
     step(env)
     pids, names = descendant_pids() - pids_before, shm_entries() - shm_before
-    assert len(pids) == 2 and len(names) == 6, (pids, names)  # 2 workers; 1 arena + 2 semaphores each + 1 ready
+    assert len(pids) == 2 and len(names) == 8, (pids, names)  # 2 workers; 1 arena + 3 semaphores each + 1 ready
     return env, pids, names
 
 

@@ -242,6 +242,31 @@ def test_worker_dying_while_idle_is_restarted_at_the_next_step(closing, marker, 
     assert env_pids(env)[0] != old[0]
 
 
+def test_async_sends_after_a_restart_in_a_step_step_exactly_the_envs_sent(closing, marker):
+    """A worker re-created in a synchronous step counts its inbox from 0, and so does the link.
+
+    The main process's inbox count used to outlive such a restart: the new worker then
+    stepped the old slots too (envs 2 and 3 stepped three times by one send).
+    """
+    env = closing(ShmVectorEnv(die_once_fns("exit", marker), N_WORKERS, batch_size=N_ENVS, start_method="fork", **RESTART))
+    actions = np.zeros(N_ENVS, np.int64)
+    env.async_reset(seed=0)
+    env.recv(timeout=5)
+    for _ in range(2):  # the inbox counts move on
+        env.send(actions)
+        env.recv(timeout=5)
+    for _ in range(2):
+        env.step(actions)
+    with pytest.warns(RuntimeWarning, match="restarting it"):
+        env.step(actions)  # env 3's 5th step: it dies
+    env.step(actions)  # NEXT_STEP: the rebuilt envs reset
+    assert env.call("t") == (6, 6, 0, 0)
+    for n in range(1, 4):
+        env.send(actions)
+        env.recv(timeout=5)
+        assert env.call("t") == (6 + n, 6 + n, n, n)
+
+
 # -- the bound, the default, the rest ---------------------------------------------------------
 
 
