@@ -26,7 +26,10 @@ together.
 A node actor that dies (node lost, OOM kill, ``ray.kill``) raises
 :class:`~shmvec.errors.WorkerDiedError` naming the node and its envs; with
 ``on_worker_failure="restart"`` Ray's own actor restart (``max_restarts``) re-creates it,
-its envs are reset and report a truncation, as in the local restart mode.
+its envs are reset and report a truncation, as in the local restart mode. Ray fails a call
+to an actor it is re-creating as *unavailable* (not dead): the driver then waits for the
+new actor, within :meth:`RayPool.restart_limit`. Every answer of a node actor passes
+through :func:`answer_of`, which turns Ray's actor errors into :class:`Lost`.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -47,7 +50,7 @@ from gymnasium.vector import AutoresetMode
 
 try:
     import ray
-    from ray.exceptions import GetTimeoutError, RayActorError
+    from ray.exceptions import ActorUnavailableError, ActorUnschedulableError, GetTimeoutError, RayActorError
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -77,6 +80,7 @@ from shmvec.validation import check_env_fns, check_same_spaces
 NODE_GRACE = 10.0
 CLOSE_TIMEOUT = 10.0  # seconds close() gives the node actors to close their pools before killing them
 SWEEP_TIMEOUT = 10.0  # seconds for the clean-up task after a node actor died
+RESTART_POLL = 0.2  # seconds between calls to a node actor while Ray re-creates it
 
 
 @dataclasses.dataclass
@@ -301,14 +305,11 @@ class RayPool(ObsBuffers, Breakable):
             self._break(f"envs {ranges(silent)} did not answer within {limit}s (an env step hangs, or a node is stuck?)", StepTimeoutError)
         answers, error = {}, None
         for n, ref in refs.items():
-            try:
-                answer = ray.get(ref)
-                if isinstance(answer, Reborn):
-                    raise RayActorError("Ray restarted the actor")
-            except RayActorError as death:
+            answer = answer_of(ref)
+            if isinstance(answer, Lost):
                 if not restart:
-                    self._node_died(self.nodes[n], death)
-                answer = self.restart_node(self.nodes[n], death)
+                    self._node_died(self.nodes[n], answer.error)
+                answer = self.restart_node(self.nodes[n], answer.error)
             if isinstance(answer, ErrorReport):
                 error = error or answer
             answers[n] = answer
@@ -336,31 +337,34 @@ class RayPool(ObsBuffers, Breakable):
         text = str(death).strip()
         cause = text.splitlines()[0] if text else type(death).__name__
         try:
-            self._break(f"the Ray actor of {node.name} died ({cause}){why}")
+            self._break(f"the Ray actor of {node.name} {_failed(death)} ({cause}){why}")
         except WorkerDiedError as exc:
             if "\n" in text:  # Ray's account (e.g. why the actor could not be created): shown above ours
                 exc.__cause__ = RemoteTraceback(text)
             raise
 
+    def restart_limit(self) -> float:
+        """How long the driver waits for Ray to re-create a node actor: its pool builds its envs
+        again (as long as at the start, never less than the timeout), then the node's grace."""
+        return max(self.timeout or 0.0, START_TIMEOUT) + NODE_GRACE
+
     def restart_node(self, node: Node, death: BaseException) -> Rows:
-        """Ray re-creates a dead node actor (``max_restarts``): reset its envs, report them truncated."""
+        """Ray re-creates a failed node actor (``max_restarts``): reset its envs, report them truncated."""
         limit = self.options.max_restarts
-        if self.options.on_worker_failure != "restart" or self.restarts >= limit:
+        if self.options.on_worker_failure != "restart":
+            self._node_died(node, death)
+        if self.restarts >= limit:
             self._node_died(node, death, f"; no restart left (max_restarts={limit} used up)" if limit else "")
         self.restarts += 1
-        _sweep(node)
         warnings.warn(
-            f"shmvec: the Ray actor of {node.name} died; Ray restarts it (restart {self.restarts} of max_restarts={limit})",
+            f"shmvec: the Ray actor of {node.name} {_failed(death)}; Ray restarts it (restart {self.restarts} of max_restarts={limit})",
             RuntimeWarning,
             stacklevel=4,
         )
-        try:
-            rows = ray.get(node.actor.reset_all.remote(), timeout=self.limit(None) or None)
-        except (RayActorError, GetTimeoutError) as again:
-            self._node_died(node, again, "; Ray could not restart it")
-        if isinstance(rows, ErrorReport):
-            self._raise(rows)
-        node.info = ray.get(node.actor.describe.remote())  # a new process, maybe on another node
+        info, rows = self._reborn(node)
+        if info.pid != node.info.pid:  # an actor that was only unavailable for a moment keeps its pool
+            _sweep(node)
+        node.info = info  # a new process, maybe on another node
         ids = np.arange(node.start, node.stop)
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         records = [StepInfo(i, rows.replies[i] if same_step else {}, restarted=True) for i in ids.tolist()]
@@ -371,6 +375,35 @@ class RayPool(ObsBuffers, Breakable):
             truncated=np.ones(len(ids), dtype=bool),
             records=records,
         )
+
+    def _reborn(self, node: Node) -> tuple[NodeInfo, Rows]:
+        """Wait for ``node``'s actor to answer again, then reset its envs; its description and their rows.
+
+        While Ray re-creates the actor it fails calls as unavailable: ask again until the
+        restart limit. ``describe`` asks, as it changes nothing if it ran unseen.
+        """
+        limit = self.restart_limit()
+        deadline = time.monotonic() + limit
+        info = self._answer_in_time(node, node.actor.describe.remote(), deadline, limit)
+        while isinstance(info, Lost) and info.restarting and time.monotonic() + RESTART_POLL < deadline:
+            time.sleep(RESTART_POLL)
+            info = self._answer_in_time(node, node.actor.describe.remote(), deadline, limit)
+        rows = info
+        if isinstance(info, NodeInfo):
+            rows = self._answer_in_time(node, node.actor.reset_all.remote(), deadline, limit)
+        if isinstance(rows, Lost):
+            within = f" within {limit}s" if rows.restarting else ""
+            self._node_died(node, rows.error, f"; Ray could not restart it{within}")
+        if isinstance(rows, ErrorReport):
+            self._raise(rows)
+        return info, rows
+
+    def _answer_in_time(self, node: Node, ref: Any, deadline: float, limit: float) -> Any:
+        """:func:`answer_of` ``ref`` by ``deadline``; past it, the node counts as dead."""
+        try:
+            return answer_of(ref, timeout=max(0.0, deadline - time.monotonic()))
+        except GetTimeoutError as late:
+            self._node_died(node, late, f"; Ray did not restart it within {limit}s")
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -501,12 +534,9 @@ class RayBatches:
     def _take(self, ref: Any) -> None:
         """One node's answer: queue its envs, or raise its error, or restart it."""
         node, ids = self.calls.pop(ref)
-        try:
-            rows = ray.get(ref)
-            if isinstance(rows, Reborn):
-                raise RayActorError("Ray restarted the actor")
-        except RayActorError as death:
-            self._restart(node, death)
+        rows = answer_of(ref)
+        if isinstance(rows, Lost):
+            self._restart(node, rows.error)
             return
         if isinstance(rows, ErrorReport):
             self.state[ids] = HELD  # no result: the caller may send to them again
@@ -541,6 +571,39 @@ class RayBatches:
     def _queue(self, ids: list[int]) -> None:
         self.state[ids] = QUEUED
         self.fifo.extend(ids)
+
+
+class Lost(NamedTuple):
+    """No answer to a call: its node actor failed; ``error`` is Ray's account of how."""
+
+    error: BaseException
+
+    @property
+    def restarting(self) -> bool:
+        """Ray is re-creating the actor (it failed the call as unavailable): it will answer again."""
+        return isinstance(self.error, ActorUnavailableError)
+
+
+def answer_of(ref: Any, timeout: float | None = None) -> Any:
+    """A node actor's answer to the call ``ref``, or :class:`Lost` if the actor failed or was re-created.
+
+    Raises:
+        GetTimeoutError: no answer within ``timeout`` seconds.
+    """
+    try:
+        answer = ray.get(ref, timeout=timeout)
+    except (RayActorError, ActorUnschedulableError) as failure:  # dead, unavailable, or its node gone
+        return Lost(failure)
+    if isinstance(answer, Reborn):
+        return Lost(RayActorError(error_msg="Ray re-created the actor; the call did not run"))
+    return answer
+
+
+def _failed(error: BaseException) -> str:
+    """How a node actor failed, for messages: Ray tells a dead actor from one it is re-creating."""
+    if isinstance(error, ActorUnavailableError):
+        return "is unavailable"
+    return "did not answer" if isinstance(error, GetTimeoutError) else "died"
 
 
 def _sweep(node: Node) -> None:

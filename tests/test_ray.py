@@ -26,11 +26,13 @@ from helpers import assert_same, gone, poll_until, shm_of
 from sb3_compare import run_equivalence
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
+from shmvec import ray_backend
 from shmvec.errors import RemoteTraceback, StepTimeoutError, WorkerDiedError
 
 ray = pytest.importorskip("ray")
 import ray.cloudpickle  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from ray.exceptions import ActorUnavailableError  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 # This module's functions travel to the node actors by value; faulty.py (its envs and their
@@ -68,6 +70,45 @@ def no_leaks(cluster):
 
 def cartpole():
     return gym.make("CartPole-v1")
+
+
+# Ray fails a call to an actor it is re-creating with ActorUnavailableError after ~2 s;
+# a rebuild this slow makes the driver meet that error on every restart.
+SLOW_REBUILD = 6.0
+
+
+class SlowOnceMarked:
+    """Builds CartPole; the first build once ``marker`` exists (a rebuild after a kill) takes ``SLOW_REBUILD`` s."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __call__(self):
+        try:
+            os.unlink(self.marker)  # one build claims it: the node's other envs build at once
+            time.sleep(SLOW_REBUILD)
+        except FileNotFoundError:
+            pass
+        return gym.make("CartPole-v1")
+
+
+def kill_node(envs, n, no_restart=False):
+    """Kill node ``n``'s actor and wait until its process is gone (ray.kill returns before)."""
+    pid = envs._pool.nodes[n].info.pid
+    ray.kill(envs._pool.nodes[n].actor, no_restart=no_restart)
+    assert poll_until(lambda: gone(pid), 10.0)
+
+
+def unavailable_once(monkeypatch, ref):
+    """Make the driver's ray.get of ``ref`` fail as a call to an actor Ray calls unavailable."""
+    real_get = ray.get
+
+    def get(refs, *args, **kwargs):
+        if refs is ref:
+            raise ActorUnavailableError("The actor is temporarily unavailable: IOError: injected by the test", None)
+        return real_get(refs, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "get", get)
 
 
 def track(env):
@@ -128,7 +169,11 @@ def test_async_send_recv_matches_each_env_alone(closing):
     want_obs = {i: refs[i].reset(seed=11 + i)[0][0] for i in range(N)}
     rng = np.random.default_rng(0)
     nodes_seen = set()
-    for _ in range(60):
+    deadline = time.monotonic() + 60
+    # First come, first served: on a busy machine one node may answer many times before the other once.
+    for t in itertools.count():
+        if t >= 60 and (len(nodes_seen) == 2 or time.monotonic() > deadline):
+            break
         obs, rewards, terminated, truncated, infos = envs.recv()
         ids = infos["env_id"]
         nodes_seen.add(tuple(sorted(i // 2 for i in ids)))
@@ -217,6 +262,124 @@ def test_restart_mode_with_sends_in_flight(closing):
             envs.send(np.zeros(2, dtype=np.int64))
     assert set(restarted) <= {0, 1} and restarted, restarted
     track(envs)
+
+
+def test_restart_waits_while_ray_rebuilds_the_actor(closing, tmp_path):
+    """Calls to an actor Ray is re-creating fail as "unavailable": the driver waits for the new one."""
+    marker = tmp_path / "rebuilding"
+    envs = closing(track(ShmPoolVecEnv([SlowOnceMarked(marker)] * N, on_worker_failure="restart", **RAY)))
+    envs.reset()
+    envs.step(np.zeros(N, dtype=np.int64))
+    old_pid = envs._pool.nodes[0].info.pid
+    marker.touch()
+    kill_node(envs, 0)
+    started = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="node 0.*Ray restarts it"):
+        _, rewards, dones, infos = envs.step(np.zeros(N, dtype=np.int64))
+    assert time.monotonic() - started >= SLOW_REBUILD, "the step came back before the new actor was built"
+    assert dones.tolist() == [True, True, False, False] and rewards[:2].tolist() == [0.0, 0.0]
+    assert infos[0] == {"shmvec_restarted": True, "TimeLimit.truncated": True}
+    assert envs._pool.nodes[0].info.pid != old_pid
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            envs.step(np.zeros(N, dtype=np.int64))  # the restarted node steps on
+    track(envs)
+
+
+def test_restart_waits_for_a_slow_rebuild_with_sends_in_flight(closing, tmp_path):
+    """Node 0's envs are sent to an actor Ray is re-creating: they come back truncated once it is rebuilt."""
+    marker = tmp_path / "rebuilding"
+    envs = closing(track(ShmVectorEnv([SlowOnceMarked(marker)] * N, batch_size=2, on_worker_failure="restart", **RAY)))
+    envs.async_reset(seed=0)
+    restarted, killed = [], False
+    deadline = time.monotonic() + 60
+    with pytest.warns(RuntimeWarning, match="node 0.*Ray restarts it"):
+        while not restarted and time.monotonic() < deadline:
+            _, rewards, _, truncs, infos = envs.recv()
+            if "shmvec_restarted" in infos:
+                mask = infos["_shmvec_restarted"]
+                assert truncs[mask].all() and (rewards[mask] == 0).all()
+                restarted += infos["env_id"][mask].tolist()
+            if not killed and set(infos["env_id"].tolist()) == {0, 1}:
+                marker.touch()
+                kill_node(envs, 0)  # node 0's envs are held: the send below reaches the restarting actor
+                killed = True
+            envs.send(np.zeros(2, dtype=np.int64))
+    assert sorted(restarted) == [0, 1], restarted
+    track(envs)
+
+
+def test_a_rebuild_past_the_restart_limit_raises(closing, tmp_path, monkeypatch):
+    """Ray still re-creating the actor when the restart limit passes: WorkerDiedError, not a wait without end."""
+    marker = tmp_path / "rebuilding"
+    envs = closing(track(ShmPoolVecEnv([SlowOnceMarked(marker)] * N, on_worker_failure="restart", **RAY)))
+    envs.reset()
+    monkeypatch.setattr(ray_backend, "START_TIMEOUT", 1.0)
+    monkeypatch.setattr(ray_backend, "NODE_GRACE", 1.0)
+    assert envs._pool.restart_limit() == 2.0
+    marker.touch()
+    kill_node(envs, 0)
+    with (
+        pytest.warns(RuntimeWarning, match="node 0.*Ray restarts it"),
+        pytest.raises(WorkerDiedError, match=r"node 0 .*Ray (could|did) not restart it within 2\.0s"),
+    ):
+        envs.step(np.zeros(N, dtype=np.int64))
+    # Let the rebuild end, so that close() can close the new actor's pool (killed mid-build, it would leave it).
+    actor = envs._pool.nodes[0].actor
+    info = None
+    for _ in range(int(SLOW_REBUILD * 5)):
+        try:
+            info = ray.get(actor.describe.remote(), timeout=10)
+            break
+        except ActorUnavailableError:
+            time.sleep(0.2)
+    assert info is not None, "Ray never finished re-creating the actor"
+    SEEN_PIDS.update([info.pid, *info.worker_pids])
+
+
+def test_a_dead_actor_still_raises_at_once_in_restart_mode(closing):
+    """An actor Ray will not restart (killed for good) is dead: no waiting for a rebuild."""
+    envs = closing(track(ShmPoolVecEnv([cartpole] * N, on_worker_failure="restart", **RAY)))
+    envs.reset()
+    envs.step(np.zeros(N, dtype=np.int64))
+    kill_node(envs, 1, no_restart=True)
+    started = time.monotonic()
+    with (
+        pytest.warns(RuntimeWarning, match="node 1.*Ray restarts it"),
+        pytest.raises(WorkerDiedError, match=r"node 1 .*died.*Ray could not restart it"),
+    ):
+        envs.step(np.zeros(N, dtype=np.int64))
+    assert time.monotonic() - started < 10.0, "the driver waited for a restart of a dead actor"
+
+
+def test_unavailable_actor_in_raise_mode_raises_at_once(closing, monkeypatch):
+    """Without restarts an unavailable actor's step is lost: WorkerDiedError saying so, no waiting."""
+    envs = closing(track(ShmPoolVecEnv([cartpole] * N, **RAY)))
+    envs.reset()
+    envs.step_async(np.zeros(N, dtype=np.int64))
+    unavailable_once(monkeypatch, envs._pool._step_refs[0])
+    started = time.monotonic()
+    with pytest.raises(WorkerDiedError, match=r"the Ray actor of node 0 .* is unavailable \(.*injected by the test"):
+        envs.step_wait()
+    assert time.monotonic() - started < 10.0
+    with pytest.raises(WorkerDiedError, match="unusable"):
+        envs.step(np.zeros(N, dtype=np.int64))
+
+
+def test_unavailable_actor_that_stayed_alive_is_reset_in_restart_mode(closing, monkeypatch):
+    """A call lost to a passing "unavailable" on an actor Ray did not re-create: its envs restart, its pool stays."""
+    envs = closing(track(ShmPoolVecEnv([cartpole] * N, on_worker_failure="restart", **RAY)))
+    envs.reset()
+    pid = envs._pool.nodes[0].info.pid
+    envs.step_async(np.zeros(N, dtype=np.int64))
+    unavailable_once(monkeypatch, envs._pool._step_refs[0])
+    with pytest.warns(RuntimeWarning, match="node 0.*Ray restarts it"):
+        _, _, dones, infos = envs.step_wait()
+    assert dones.tolist()[:2] == [True, True] and infos[0]["shmvec_restarted"]
+    assert envs._pool.nodes[0].info.pid == pid
+    assert shm_of(pid), "the live actor's shared memory was swept as a dead one's"
+    envs.step(np.zeros(N, dtype=np.int64))
 
 
 def test_close_leaves_nothing_on_any_node():
