@@ -492,7 +492,8 @@ def test_surface_matches_async_vector_env(closing):
     assert shm.env_fns is fns and ref.env_fns is fns
     # Gymnasium's repr, plus how the envs run (shmvec chooses that itself by default)
     assert repr(ref) == "AsyncVectorEnv(num_envs=3)"
-    assert repr(shm) == "ShmVectorEnv(num_envs=3, n_workers=2, main_shard=False, why='n_workers=2 given')"
+    given = "n_workers=2, main_shard=False, why='n_workers=2 given'"
+    assert repr(shm) == f"ShmVectorEnv(num_envs=3, {given}, omp_spin={shm._pool.omp_spin!r})"
     assert str(shm) == repr(shm) and str(ref) == repr(ref)
     assert shm.observation_mode == ref.observation_mode == "same"
     assert shm.render_mode == ref.render_mode == "rgb_array"
