@@ -86,6 +86,9 @@ class ActionRows:
         # per leaf, made once (a view costs 0.15 µs a step): all its codes, and the envs' alone
         self._code_rows = list(self.codes)
         self._env_codes = [codes[:n] for codes in self._code_rows]
+        # per leaf, the code this object last gave all rows, MIXED since it gave some rows
+        # others: only the main process's object writes codes, so an unchanged code needs no write
+        self._all_rows = [MIXED] * len(leaves)
         # views[k][code]: leaf k's rows [N, *leaf_shape] seen in the dtype of code
         self.views = [[self._view(k, DTYPES[code % PYTHON]) for code in range(2 * PYTHON)] for k in range(len(leaves))]
         self.leaves = {leaf.path: self.views[k][dtype_code(leaf.dtype)] for k, leaf in enumerate(leaves)}
@@ -118,10 +121,12 @@ class ActionRows:
                 code = dtype_code(column.dtype)
         self.views[k][code][rows] = column
         if rows is _ALL:
-            self._code_rows[k].fill(code)  # the all-rows code too; 0.2 µs, a Python int into a slice 1.2
+            if code != self._all_rows[k]:
+                self._code_rows[k].fill(code)  # the all-rows code too; 0.2 µs, a Python int into a slice 1.2
+                self._all_rows[k] = code
         else:
             self._env_codes[k][rows] = code
-            self._code_rows[k][self._n_envs] = MIXED
+            self._code_rows[k][self._n_envs] = self._all_rows[k] = MIXED
 
     def _write_each(self, k: int, values: Any, rows: Any) -> None:
         envs = range(self._n_envs)[rows] if isinstance(rows, slice) else rows.tolist()
@@ -130,7 +135,7 @@ class ActionRows:
         for i, code, value in zip(envs, codes, values):
             views[code][i] = value
         self._env_codes[k][rows] = codes
-        self._code_rows[k][self._n_envs] = MIXED
+        self._code_rows[k][self._n_envs] = self._all_rows[k] = MIXED
 
     def column(self, k: int, start: int, stop: int) -> list[Any]:
         """Leaf ``k``'s actions of envs ``[start, stop)``, copied out (an env may keep them)."""
@@ -162,3 +167,4 @@ class ActionRows:
             raw[rows] = taken
         uniform = (envs == envs[:, :1]).all(axis=1)
         self.codes[:, self._n_envs] = np.where(uniform, envs[:, 0], MIXED)
+        self._all_rows = [MIXED] * len(self._raw)
