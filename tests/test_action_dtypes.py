@@ -140,9 +140,10 @@ def test_async_batches_hand_each_env_what_it_gets_alone(name, main_shard, closin
 
 
 @pytest.mark.parametrize("adapter", ["gymnasium", "sb3"])
-def test_half_cheetah_with_float64_actions_matches_the_reference_bit_for_bit(adapter, closing):
+def test_half_cheetah_with_float64_actions_matches_the_reference_bit_for_bit(adapter, closing, monkeypatch, tmp_path):
     """MuJoCo integrates float64 controls: a float32 rounding of them changes the run."""
     pytest.importorskip("mujoco")
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes its warnings to MUJOCO_LOG.TXT here
     fns = [lambda: gym.make("HalfCheetah-v5")] * 4
     if adapter == "gymnasium":
         shm, ref = closing(ShmVectorEnv(fns, 2, start_method="fork")), closing(SyncVectorEnv(fns))
