@@ -45,6 +45,12 @@ INBOX, OUTBOX = "inbox", "outbox"
 READY_NS = "ready_ns"  # when the env's result was written (CLOCK_MONOTONIC, ns): FIFO across workers
 ENV_STATUS = "env_status"  # a protocol.Status per env: whether its info or error follows on the pipe
 
+# Actions: a row per env and leaf wide enough for any real dtype a caller may give (numpy's
+# long double the widest), and the code of the dtype each row holds, plus one per leaf for
+# all rows at once (shmvec.action_rows).
+ACTION_ITEMSIZE = max(8, np.dtype(np.longdouble).itemsize)
+ACTION_CODE = "action_code"
+
 FINAL_OBS = "final_obs"  # optional fields, see ArenaLayout.plan
 FINAL_FLAG = "final_flag"
 
@@ -185,8 +191,9 @@ class ArenaLayout:
         an episode (same-step auto-reset, flat observations only), so that an episode end
         needs no pickling: ``FINAL_OBS`` holds it and ``FINAL_FLAG[i]`` says it is there.
         ``obs_buffers=2`` gives every observation leaf a second buffer, so that a step can
-        write one while the caller still reads the other (see :meth:`obs_views`). Pickled
-        leaves get no buffer."""
+        write one while the caller still reads the other (see :meth:`obs_views`). An action
+        leaf gets byte rows that :class:`~shmvec.action_rows.ActionRows` sees in the dtype
+        each caller gave. Pickled leaves get no buffer."""
         obs_leaves, pickled_obs_leaves = _split_pickled(flatten_space(observation_space))
         action_leaves, pickled_action_leaves = _split_pickled(flatten_space(action_space))
         wanted: list[tuple[str, tuple[int, ...], np.dtype]] = [
@@ -202,7 +209,11 @@ class ArenaLayout:
         wanted += [
             (obs_field(leaf.path, b), (n_envs, *leaf.shape), leaf.dtype) for b in range(obs_buffers) for leaf in obs_leaves
         ]
-        wanted += [(action_field(leaf.path), (n_envs, *leaf.shape), leaf.dtype) for leaf in action_leaves]
+        wanted += [
+            (action_field(leaf.path), (n_envs, math.prod(leaf.shape) * ACTION_ITEMSIZE), np.dtype(np.uint8))
+            for leaf in action_leaves
+        ]
+        wanted.append((ACTION_CODE, (len(action_leaves), n_envs + 1), np.dtype(np.int8)))
         if final_obs and len(obs_leaves) == 1 and obs_leaves[0].path == () and obs_leaves[0].shape:
             wanted += [
                 (FINAL_OBS, (n_envs, *obs_leaves[0].shape), obs_leaves[0].dtype),

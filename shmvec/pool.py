@@ -65,6 +65,7 @@ from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
 from shmvec import pickled
+from shmvec.action_rows import ActionRows
 from shmvec.autoconfig import describe_plan, plan_pool
 from shmvec.batches import AsyncSchedule
 from shmvec.errors import NoPendingCallError, ShmVecError, StepTimeoutError
@@ -184,7 +185,8 @@ class ShmPool(ObsBuffers, Breakable):
         self.views = views = self.layout.views(res.arena.buf)
         self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
         self._init_obs_buffers(self.layout, views)
-        self.action_leaves = {leaf.path: views[lay.action_field(leaf.path)] for leaf in self.layout.action_leaves}
+        self.actions = ActionRows(self.layout, views)  # written through this, in the callers' dtypes
+        self.action_leaves = self.actions.leaves  # the shapes and dtypes to check actions against
         self._final_obs, self._final_flag = views.get(lay.FINAL_OBS), views.get(lay.FINAL_FLAG)
         self.pickled = pickled.PickledLeaves(self.layout, self.shards, self.num_envs)
         for link in self.links:
@@ -203,7 +205,7 @@ class ShmPool(ObsBuffers, Breakable):
     # -- the synchronous step ------------------------------------------------------
 
     def step_async(self, pickled_actions: dict[tuple, Sequence[Any]] | None = None) -> None:
-        """Start a step with the actions already written into :attr:`action_leaves`.
+        """Start a step with the actions already written into :attr:`actions`.
 
         ``pickled_actions``: leaf path -> one action per env, for the action leaves with no
         fixed size (:attr:`pickled.action_paths`); required when there are such leaves.

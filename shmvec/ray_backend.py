@@ -57,6 +57,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
 
 from shmvec import layout as lay
+from shmvec.action_rows import ActionRows
 from shmvec.batches import HELD, IN_FLIGHT, QUEUED, check_available, check_held
 from shmvec.errors import (
     AlreadyPendingError,
@@ -216,7 +217,8 @@ class RayPool(ObsBuffers, Breakable):
         views = layout.views(bytearray(layout.nbytes))
         self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
         self._init_obs_buffers(layout, views)
-        self.action_leaves = {leaf.path: views[lay.action_field(leaf.path)] for leaf in layout.action_leaves}
+        self.actions = ActionRows(layout, views)  # written through this, in the callers' dtypes
+        self.action_leaves = self.actions.leaves  # the shapes and dtypes to check actions against
         self.pickled = PickledLeaves(layout, bounds, self.num_envs)
         self.requests = RayRequests(self)
         self.batches = RayBatches(self)
@@ -224,14 +226,14 @@ class RayPool(ObsBuffers, Breakable):
     # -- the synchronous step ------------------------------------------------------------
 
     def step_async(self, pickled_actions: dict[tuple, Sequence[Any]] | None = None) -> None:
-        """Send each node its rows of :attr:`action_leaves` (and of ``pickled_actions``) and start its step."""
+        """Send each node its rows of :attr:`actions` (and of ``pickled_actions``) and start its step."""
         self.ensure_can_step()
         self.pickled.action_blobs(pickled_actions)  # checks them: a bad action sends nothing
         if self._n_obs_buffers > 1:
             self._next_obs_buffer()
         self._step_refs = {}
         for node in self.nodes:
-            rows = {path: leaf[node.start : node.stop] for path, leaf in self.action_leaves.items()}
+            rows = self.actions.take(slice(node.start, node.stop))
             part = None
             if pickled_actions:
                 part = {path: tuple(pickled_actions[path][node.start : node.stop]) for path in self.pickled.action_paths}
@@ -493,7 +495,7 @@ class RayBatches:
         self._queue_restarted([i for i in env_ids.tolist() if i in self.restarted], {})
         for node, part in self._by_node(ids):
             rows = np.array(part, dtype=np.int64)
-            actions = {path: leaf[rows] for path, leaf in pool.action_leaves.items()}
+            actions = pool.actions.take(rows)
             self._launch(node.actor.send.remote(rows - node.start, actions), node, part)
 
     def recv(self, batch_size: int, timeout: float | None = None) -> tuple[np.ndarray, dict[int, StepInfo]]:

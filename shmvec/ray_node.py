@@ -29,6 +29,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
 
+from shmvec.action_rows import TakenRows
 from shmvec.errors import ShmVecError
 from shmvec.options import PoolOptions
 from shmvec.pool import ShmPool
@@ -95,10 +96,10 @@ class NodeShard:
             pool.env_spec,
         )
 
-    def step(self, actions: dict[tuple, np.ndarray], pickled_actions: dict | None) -> Rows | ErrorReport:
+    def step(self, actions: TakenRows, pickled_actions: dict | None) -> Rows | ErrorReport:
         return self._guard(self._step, actions, pickled_actions)
 
-    def send(self, ids: np.ndarray, actions: dict[tuple, np.ndarray]) -> Rows | ErrorReport:
+    def send(self, ids: np.ndarray, actions: TakenRows) -> Rows | ErrorReport:
         return self._guard(self._send, ids, actions)
 
     def reset_some(self, kwargs: dict[int, dict]) -> Rows | ErrorReport:
@@ -116,17 +117,15 @@ class NodeShard:
         if self.pool is not None:
             self.pool.close(terminate=terminate)
 
-    def _step(self, actions: dict, pickled_actions: dict | None) -> Rows:
+    def _step(self, actions: TakenRows, pickled_actions: dict | None) -> Rows:
         pool = self.pool
-        for path, rows in actions.items():
-            pool.action_leaves[path][...] = rows
+        pool.actions.put(actions)
         pool.step_async(pickled_actions)
         return self._rows(None, pool.step_wait(), step=True)
 
-    def _send(self, ids: np.ndarray, actions: dict) -> Rows:
+    def _send(self, ids: np.ndarray, actions: TakenRows) -> Rows:
         pool = self.pool
-        for path, rows in actions.items():
-            pool.action_leaves[path][ids] = rows
+        pool.actions.put(actions, ids)
         pool.batches.send(ids)
         done, records = pool.batches.recv(len(ids))  # this call's envs only: the actor runs one call at a time
         return self._rows(done, list(records.values()), step=True)

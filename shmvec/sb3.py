@@ -73,9 +73,10 @@ class ShmPoolVecEnv(VecEnv):
             gets their reset infos.
 
     Dict and Tuple action spaces (nested too) take one action per env, a list of dicts or
-    tuples, as ``DummyVecEnv`` does; each env gets a dict (tuple) of its leaves' values.
-    Actions are converted to the action space's dtype before they reach the envs
-    (``DummyVecEnv`` passes them as given); pass integer actions for integer spaces.
+    tuples, as ``DummyVecEnv`` does; each env gets a dict (tuple) of its leaves' values, in
+    the space's order. Each value reaches the env as ``DummyVecEnv`` passes it: the
+    caller's numpy scalar or array in the caller's dtype (float64 actions for a float32
+    space stay float64), or the caller's Python number or list (see :mod:`shmvec.action_rows`).
     Returned observations are copies, unless ``copy=False`` (see Args).
     """
 
@@ -134,17 +135,19 @@ class ShmPoolVecEnv(VecEnv):
         """
         columns = self._action_columns(actions)
         self._pool.ensure_can_step()
-        for view, column in columns:
-            view[...] = column
+        write = self._pool.actions.write
+        for path, values, column in columns:
+            write(path, values, column)
         self._pool.step_async()
 
-    def _action_columns(self, actions: Any) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(shared buffer, checked values) per action leaf; raises before anything is written."""
+    def _action_columns(self, actions: Any) -> list[tuple[tuple, Any, np.ndarray]]:
+        """(leaf path, its actions as given, those checked as an array) per action leaf;
+        raises before anything is written."""
         if self._flat_action is not None:  # the common case: one array, no per-env work
-            return [(self._flat_action, checked_column(actions, self._flat_action, self.action_space, "actions"))]
+            return [((), actions, checked_column(actions, self._flat_action, self.action_space, "actions"))]
         by_path = split_actions(actions, self.action_space, self.num_envs)
         return [
-            (view, checked_column(by_path[path], view, leaf_space, f"actions at {path}"))
+            (path, by_path[path], checked_column(by_path[path], view, leaf_space, f"actions at {path}"))
             for path, view, leaf_space in self._action_leaves
         ]
 

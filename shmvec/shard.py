@@ -21,6 +21,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
+from shmvec.action_rows import ActionRows
 from shmvec.protocol import Hello, PickledActions, Reset, ResetResult, RunOps, StepInfo
 
 
@@ -49,8 +50,7 @@ class Shard:
         self._action_space = action_space
         self._obs_buffers = [layout.obs_views(arena_views, b) for b in range(layout.obs_buffers)]
         self.select_obs_buffer(0)
-        self._action_leaves = [(arena_views[lay.action_field(leaf.path)], leaf.path) for leaf in layout.action_leaves]
-        self._flat_actions = self._action_leaves[0][0] if len(self._action_leaves) == 1 and self._action_leaves[0][1] == () else None
+        self._actions = ActionRows(layout, arena_views)
         self._pickled_obs_paths = tuple(leaf.path for leaf in layout.pickled_obs_leaves)
         # Whether a PickledActions message follows each STEP command on the pipe.
         self.pickled_actions = bool(layout.pickled_action_leaves)
@@ -85,14 +85,15 @@ class Shard:
         self.pickled_out[i] = {path: lay.get_path(obs, path) for path in self._pickled_obs_paths}
 
     def read_actions(self, pickled: PickledActions | None = None) -> list[Any]:
-        """This shard's actions, copied out of shared memory (an env may keep them).
+        """This shard's actions, copied out of shared memory (an env may keep them), each in
+        the type and dtype the caller gave it.
 
         ``pickled`` holds the actions of the pickled action leaves for this shard's envs.
         """
-        s, e = self.start, self.stop
-        if pickled is None and self._flat_actions is not None:
-            return list(self._flat_actions[s:e].copy())
-        columns = {path: view[s:e].copy() for view, path in self._action_leaves}
+        s, e, actions = self.start, self.stop, self._actions
+        if pickled is None and actions.flat:
+            return actions.column(0, s, e)
+        columns = {path: actions.column(k, s, e) for k, path in enumerate(actions.paths)}
         if pickled is not None:
             columns.update(pickled.columns)
         return [lay.unflatten(self._action_space, {p: col[j] for p, col in columns.items()}) for j in range(e - s)]
@@ -235,9 +236,10 @@ class Shard:
 
     def read_action(self, i: int) -> Any:
         """Env ``i``'s action (async batches: fixed-size action leaves only), copied out of shared memory."""
-        if len(self._action_leaves) == 1 and self._action_leaves[0][1] == ():
-            return self._action_leaves[0][0][i].copy()
-        return lay.unflatten(self._action_space, {path: view[i].copy() for view, path in self._action_leaves})
+        actions = self._actions
+        if actions.flat:
+            return actions.value(0, i)
+        return lay.unflatten(self._action_space, {path: actions.value(k, i) for k, path in enumerate(actions.paths)})
 
     def reset(self, request: Reset) -> dict[int, dict[str, Any]]:
         infos = {}

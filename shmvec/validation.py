@@ -18,15 +18,16 @@ from shmvec.failures import UNGUARDED_MAIN_EXIT
 
 
 def checked_column(values: object, view: np.ndarray, leaf_space: spaces.Space, context: str) -> np.ndarray:
-    """``values`` as an array that ``view[...] = values`` converts without surprises.
+    """``values`` as an array, checked against the shape and dtype of the leaf's rows.
 
-    The shape must equal the buffer's ``[num_envs, *leaf_shape]``, and the dtype must keep
-    its kind when converted (no float -> int truncation), except for MultiBinary spaces:
-    SB3's PPO/A2C sample their actions as floats, and 0./1. are valid there.
+    The shape must equal ``view``'s ``[num_envs, *leaf_shape]``, and the dtype must be of
+    a kind the space's dtype takes (no floats for an integer space), except for MultiBinary
+    spaces: SB3's PPO/A2C sample their actions as floats, and 0./1. are valid there. The
+    envs get the values in their own dtype (:mod:`shmvec.action_rows`).
 
     Args:
         values: the user's actions for this leaf.
-        view: the shared action buffer of this leaf.
+        view: the leaf's action rows, in the space's dtype.
         leaf_space: the single-env space of this leaf.
         context: how to name the actions in error messages (e.g. "actions at ('a',)").
     """
@@ -47,8 +48,8 @@ def checked_column(values: object, view: np.ndarray, leaf_space: spaces.Space, c
     if isinstance(leaf_space, spaces.MultiBinary) and column.dtype.kind in "biuf" and np.isin(column, (0, 1)).all():
         return column
     raise InvalidActionError(
-        f"{context} of dtype {column.dtype} cannot be converted to the action space's dtype "
-        f"{view.dtype} without changing their kind; pass {view.dtype} actions"
+        f"{context} of dtype {column.dtype} are not of the kind of the action space's dtype "
+        f"{view.dtype}; pass {view.dtype} actions"
     )
 
 

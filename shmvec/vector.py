@@ -107,8 +107,9 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
             their next step is an ordinary autoreset step (do not bootstrap from the
             observation returned with the truncation); in ``DISABLED`` mode reset them.
 
-    Actions are converted to the action space's dtype before they reach the envs
-    (``SyncVectorEnv`` passes them as given): pass ``action_space``-typed actions.
+    Each env gets its action as ``SyncVectorEnv`` passes it: a row of the caller's array in
+    the caller's dtype (float64 actions for a float32 space stay float64), or the caller's
+    Python number or list (see :mod:`shmvec.action_rows`).
 
     Any space works. Box, Discrete, MultiDiscrete and MultiBinary leaves (nested in Dict
     and Tuple too) live in shared memory; leaves with no fixed size (Graph, Sequence,
@@ -367,16 +368,17 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         self._check_idle("step_async")
         self._check_full_batches("step")
         self._check_action_batch(actions)
-        columns = [(view, self._action_column(actions, path, view)) for path, view in self._action_leaves]
-        pickled = {path: self._action_column(actions, path) for path in self._pool.pickled.action_paths}
+        columns = [self._action_column(actions, path, view) for path, view in self._action_leaves]
+        pickled = {path: self._pickled_column(actions, path) for path in self._pool.pickled.action_paths}
         self._pool.ensure_can_step()
         if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset.any():
             raise ResetNeededError(
                 f"autoreset_mode is DISABLED and the episodes of envs {np.flatnonzero(self._needs_reset).tolist()} "
                 "ended: reset them first with reset(options={'reset_mask': mask})"
             )
-        for view, column in columns:
-            view[...] = column
+        write = self._pool.actions.write
+        for path, part, column in columns:
+            write(path, part, column)
         self._pool.step_async(pickled or None)
         self._state = AsyncState.WAITING_STEP
 
@@ -399,18 +401,24 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
                     f"got the single value {part!r}; pass one action per env"
                 )
 
-    def _action_column(self, actions: Any, path: tuple, view: np.ndarray | None = None) -> Any:
-        """The actions of one leaf: checked against its shared ``view``, or, for a leaf with
-        no fixed size (no view), as a tuple of one action per env, as ``iterate`` yields them."""
+    def _action_part(self, actions: Any, path: tuple) -> Any:
         try:
-            part = lay.get_path(actions, path)
+            return lay.get_path(actions, path)
         except (KeyError, IndexError, TypeError) as exc:
             raise InvalidActionError(
                 f"actions do not match the action space {self.action_space}: cannot find the part at {path}"
             ) from exc
+
+    def _action_column(self, actions: Any, path: tuple, view: np.ndarray) -> tuple[tuple, Any, np.ndarray]:
+        """``(path, the leaf's actions as given, those checked against its shared view as an array)``."""
+        part = self._action_part(actions, path)
         where = f" at {path}" if path else ""
-        if view is not None:
-            return checked_column(np.asarray(part), view, self._leaf_action_spaces[path], f"actions{where}")
+        return path, part, checked_column(part, view, self._leaf_action_spaces[path], f"actions{where}")
+
+    def _pickled_column(self, actions: Any, path: tuple) -> tuple:
+        """The actions of a leaf with no fixed size, a tuple of one per env, as ``iterate`` yields them."""
+        part = self._action_part(actions, path)
+        where = f" at {path}" if path else ""
         wanted = f"expected actions{where} as a sequence of {self.num_envs} actions (one per env)"
         try:
             column = tuple(part)

@@ -83,15 +83,16 @@ class AsyncBatches:
         """
         self._check_open()
         env_ids = self._send_targets(env_ids)
-        columns = [(view, self._batch_column(actions, path, view, env_ids)) for path, view in self._action_leaves]
+        columns = [self._batch_column(actions, path, view, env_ids) for path, view in self._action_leaves]
         if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset[env_ids].any():
             raise ResetNeededError(
                 f"autoreset_mode is DISABLED and the episodes of envs {env_ids[self._needs_reset[env_ids]].tolist()} "
                 "ended: reset them with async_reset(options={'reset_mask': mask}) or reset() first"
             )
         self._pool.batches.check_can_send(env_ids)
-        for view, column in columns:
-            view[env_ids] = column
+        write = self._pool.actions.write
+        for path, part, column in columns:
+            write(path, part, column, env_ids)
         self._pool.batches.send(env_ids)
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -125,17 +126,23 @@ class AsyncBatches:
             raise IndexError(f"env_ids must be in [0, {self.num_envs}), got {ids.tolist()}")
         return ids.astype(np.int64)
 
-    def _batch_column(self, actions: Any, path: tuple, view: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
+    def _batch_column(
+        self, actions: Any, path: tuple, view: np.ndarray, env_ids: np.ndarray
+    ) -> tuple[tuple, Any, np.ndarray]:
+        """``(path, the leaf's actions as given, those checked as an array of one row per env in env_ids)``."""
         try:
-            part = np.asarray(lay.get_path(actions, path))
+            part = lay.get_path(actions, path)
+            shape = np.shape(part)
         except (KeyError, IndexError, TypeError) as exc:
             raise InvalidActionError(f"actions do not match the action space: cannot find the part at {path}") from exc
+        except ValueError:  # ragged: checked_column says so
+            shape = (len(part),)
         where = f" at {path}" if path else ""
-        if part.ndim == 0 or len(part) != len(env_ids):
+        if not shape or shape[0] != len(env_ids):
             raise InvalidActionError(
-                f"send() needs one action per env in env_ids ({len(env_ids)}), got actions{where} of shape {part.shape}"
+                f"send() needs one action per env in env_ids ({len(env_ids)}), got actions{where} of shape {shape}"
             )
-        return checked_column(part, view[: len(env_ids)], self._leaf_action_spaces[path], f"actions{where}")
+        return path, part, checked_column(part, view[: len(env_ids)], self._leaf_action_spaces[path], f"actions{where}")
 
     def _batch_observations(self, env_ids: np.ndarray) -> Any:
         if self._flat_obs is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -460,3 +461,59 @@ class TupleActionEnv(gym.Env):
         reward = float(np.linalg.norm(self.pos)) + int(extra["mode"][1])
         info = {"action": echo_action(action, self.action_space)} if self.t % 3 == 0 else {}
         return self._obs(), reward, terminated, truncated, info
+
+
+def describe_action(action) -> str:
+    """Exactly what an env got, as a string (strings survive the batching of infos): container
+    types, dict key order, numpy scalar or array, dtype, shape, Python number types, bits."""
+    if isinstance(action, dict):
+        return "{" + ", ".join(f"{key!r}: {describe_action(value)}" for key, value in action.items()) + "}"
+    if isinstance(action, (list, tuple)):
+        return f"{type(action).__name__}[" + ", ".join(describe_action(value) for value in action) + "]"
+    if isinstance(action, (np.ndarray, np.generic)):
+        values = np.asarray(action)
+        if values.dtype == np.longdouble:  # 10 bytes of value in 16: the padding is not the value
+            bits = ",".join(np.format_float_positional(x, unique=True) for x in values.ravel())
+        else:
+            bits = values.tobytes().hex()
+        return f"{type(action).__name__}<{values.dtype.str}{values.shape}>:{bits}"
+    if isinstance(action, float):
+        return f"float:{action.hex()}"
+    return f"{type(action).__name__}:{action!r}"
+
+
+class ActionProbeEnv(gym.Env):
+    """Any action space; every step's info says exactly what action it got (:func:`describe_action`).
+
+    Its observation counts its steps; its episodes never end.
+    """
+
+    def __init__(self, action_space: spaces.Space):
+        self.observation_space = spaces.Box(0, np.inf, (), np.float64)
+        self.action_space = action_space
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.float64(self.t), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.float64(self.t), 0.0, False, False, {"got": describe_action(action)}
+
+
+class SleepEnv(gym.Env):
+    """Sleeps ``action`` seconds in ``step`` (``time.sleep`` takes Python and numpy float64, not float32)."""
+
+    def __init__(self):
+        self.observation_space = spaces.Box(0, 1, (), np.float32)
+        self.action_space = spaces.Box(0.0, 1.0, (), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.float32(0), {}
+
+    def step(self, action):
+        time.sleep(action)
+        return np.float32(0), 0.0, False, False, {}

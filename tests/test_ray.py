@@ -21,9 +21,12 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from envs import ActionProbeEnv
 from faulty import Boom, env_fns
+from gymnasium.vector.utils import batch_space, iterate
 from helpers import assert_same, gone, poll_until, shm_of
 from sb3_compare import run_equivalence
+from test_action_dtypes import SPACES, batches, probe
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
 from shmvec import ray_backend
@@ -146,6 +149,32 @@ def test_gymnasium_adapter_equals_sync_vector_env(closing):
         assert_same(got, want, f"step {step}")
         ends += int(want[2].sum() + want[3].sum())
     assert ends > 0
+
+
+def test_actions_reach_the_envs_as_the_caller_gave_them(closing):
+    """The driver ships each node its action rows with the dtype each caller gave: float64,
+    float16, Python lists, a different type per env, in a step and in send/recv batches."""
+    space = SPACES["box"]
+    shm = closing(track(ShmVectorEnv([probe(space)] * N, **RAY)))
+    ref = closing(gym.vector.SyncVectorEnv([probe(space)] * N))
+    assert_same(shm.reset(seed=0), ref.reset(seed=0), "reset")
+    for k, actions in enumerate(batches(space, np.random.default_rng(1))):
+        assert_same(shm.step(actions), ref.step(actions), f"batch {k}")
+    shm.close()  # its CPUs: one per node
+    envs = closing(track(ShmVectorEnv([probe(space)] * N, batch_size=2, **RAY)))
+    alone = [ActionProbeEnv(space) for _ in range(N)]
+    envs.async_reset(seed=0)
+    want: dict[int, str] = {}
+    for actions in batches(space, np.random.default_rng(2), n=2) * 2:
+        infos = envs.recv()[4]
+        ids = infos["env_id"].tolist()
+        for row, i in enumerate(ids):
+            if i in want:
+                assert infos["got"][row] == want.pop(i), f"env {i}"
+        for i, action in zip(ids, iterate(batch_space(space, 2), actions)):
+            want[i] = alone[i].step(action)[4]["got"]
+        envs.send(actions)
+    assert len(want) == N
 
 
 def test_rare_calls(closing):

@@ -161,7 +161,7 @@ BAD_BATCHES = {
     "short_tuple": (_short_tuple, r"^actions\[1\]\['aux'\] has 1 elements, expected 2 \(Tuple\("),
     "not_a_dict": (_not_a_dict, r"^actions\[0\] is a list, expected a dict with keys \['aux', 'gear', 'move'\]"),
     "ragged_leaf": (_ragged_leaf, r"^expected actions at \('move',\) of shape \(5, 2\) .* do not form one array"),
-    "float_for_discrete": (_float_for_discrete, r"^actions at \('gear',\) of dtype float64 cannot be converted"),
+    "float_for_discrete": (_float_for_discrete, r"^actions at \('gear',\) of dtype float64 are not of the kind"),
 }
 
 

@@ -173,7 +173,7 @@ def test_list_actions_accepted_like_dummy(closing):
 
 
 def test_python_int_and_numpy_scalar_action_arrays(closing):
-    """int32 actions for a Discrete (int64) space are converted, results unchanged."""
+    """int32 actions for a Discrete (int64) space reach the envs as int32, as DummyVecEnv passes them."""
     shm, dummy = make_pair([cartpole] * 4, 3, closing)
     for venv in (shm, dummy):
         venv.seed(3)
@@ -183,7 +183,7 @@ def test_python_int_and_numpy_scalar_action_arrays(closing):
     for step in range(40):
         actions = sample_actions(space, 4)
         got = shm.step(actions.astype(np.int32))
-        want = dummy.step(actions)
+        want = dummy.step(actions.astype(np.int32))
         assert_same(got[0], want[0], f"step {step} obs")
         assert_same(got[3], want[3], f"step {step} infos")
 

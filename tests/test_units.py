@@ -195,7 +195,8 @@ def test_plan_places_nested_spaces_without_pickled_leaves():
     action_space = spaces.Tuple((spaces.Discrete(2), spaces.Box(-1, 1, (3,), np.float64)))
     layout = lay.ArenaLayout.plan(nested_space(), action_space, n_envs=5, n_workers=2, final_obs=True)
     obs_fields = ["obs('a',)", "obs('b', 0)", "obs('b', 1)", "obs('b', 2, 'c')"]
-    assert list(layout.fields) == CONTROL_FIELDS + obs_fields + ["action(0,)", "action(1,)"]  # no final_obs: not flat
+    action_fields = ["action(0,)", "action(1,)", lay.ACTION_CODE]
+    assert list(layout.fields) == CONTROL_FIELDS + obs_fields + action_fields  # no final_obs: not flat
     shapes = {name: (spec.shape, spec.dtype) for name, spec in layout.fields.items()}
     assert shapes["ctrl"] == ((2, lay.CTRL_WIDTH), np.dtype(np.int64))
     assert shapes["reward"] == ((5,), np.dtype(np.float64))
@@ -203,7 +204,9 @@ def test_plan_places_nested_spaces_without_pickled_leaves():
     assert shapes["env_status"] == ((5,), np.dtype(np.int8))
     assert shapes["obs('a',)"] == ((5, 2, 3), np.dtype(np.float32))
     assert shapes["obs('b', 2, 'c')"] == ((5, 4), np.dtype(np.int8))
-    assert shapes["action(1,)"] == ((5, 3), np.dtype(np.float64))
+    # an action row holds 3 values of any dtype a caller gives: the codes say which
+    assert shapes["action(1,)"] == ((5, 3 * lay.ACTION_ITEMSIZE), np.dtype(np.uint8))
+    assert shapes[lay.ACTION_CODE] == ((2, 6), np.dtype(np.int8))  # and the code of all rows at once
     assert [leaf.path for leaf in layout.obs_leaves] == [("a",), ("b", 0), ("b", 1), ("b", 2, "c")]
     assert [leaf.path for leaf in layout.pickled_obs_leaves] == [("b", 2, "t"), ("s",), ("u",)]
     assert layout.pickled_action_leaves == ()
@@ -223,7 +226,7 @@ def test_plan_adds_final_obs_fields_only_for_flat_observations_when_asked():
 
 def test_plan_gives_empty_and_one_byte_fields_a_cache_line_each():
     layout = lay.ArenaLayout.plan(spaces.Box(0, 1, (0,)), spaces.MultiBinary(1), n_envs=1, n_workers=1)
-    assert layout.fields["obs()"].nbytes == 0 and layout.fields["action()"].nbytes == 1
+    assert layout.fields["obs()"].nbytes == 0 and layout.fields[lay.ENV_STATUS].nbytes == 1
     assert_well_placed(layout)
     assert layout.nbytes == lay.ALIGNMENT * len(layout.fields)
 
@@ -496,7 +499,7 @@ def test_unguarded_main_error_only_for_its_exit_code():
 
 def test_checked_column_passes_a_matching_column_through():
     view = np.zeros(4, np.int64)
-    actions = np.array([0, 1, 1, 0], np.int32)  # same kind: converts without surprise
+    actions = np.array([0, 1, 1, 0], np.int32)  # same kind: the env gets int32
     assert checked_column(actions, view, spaces.Discrete(2), "actions") is actions
     assert checked_column([0, 1, 1, 0], view, spaces.Discrete(2), "actions").tolist() == [0, 1, 1, 0]
 
@@ -518,8 +521,7 @@ def test_checked_column_refuses_float_to_int():
     with pytest.raises(InvalidActionError) as excinfo:
         checked_column(np.zeros(4), np.zeros(4, np.int64), spaces.Discrete(2), "actions")
     assert str(excinfo.value) == (
-        "actions of dtype float64 cannot be converted to the action space's dtype int64 without "
-        "changing their kind; pass int64 actions"
+        "actions of dtype float64 are not of the kind of the action space's dtype int64; pass int64 actions"
     )
 
 
@@ -527,7 +529,7 @@ def test_checked_column_takes_multibinary_floats_of_0_and_1_only():
     space, view = spaces.MultiBinary(3), np.zeros((2, 3), np.int8)
     floats = np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]], np.float32)  # as SB3's PPO samples them
     assert checked_column(floats, view, space, "actions") is floats
-    with pytest.raises(InvalidActionError, match="dtype float32 cannot be converted to the action space's dtype int8"):
+    with pytest.raises(InvalidActionError, match="dtype float32 are not of the kind of the action space's dtype int8"):
         checked_column(floats * 0.5, view, space, "actions")
 
 
