@@ -25,6 +25,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from shmvec import layout as lay
+from shmvec.action_rows import ActionRows
 from shmvec.batches import IN_FLIGHT, AsyncSchedule
 from shmvec.link import WorkerLink
 from shmvec.protocol import SENT_SPAN, SEQ_SPAN, Command, post_word, read_word
@@ -122,16 +123,14 @@ class Wire:
     link: WorkerLink
     cmd: Publishing  # main -> worker
     finished: Publishing  # worker -> main
+    rows: ActionRows  # the action rows, over the main process's copy
     log: list = field(default_factory=list)  # (env, action) as the worker stepped them
-
-    @property
-    def actions(self) -> np.ndarray:
-        return self.main[lay.action_field(())]
 
     def put(self, actions: dict[int, int]) -> None:
         """What ``AsyncSchedule.send`` does: write the actions, put the envs in the inbox, post."""
-        for i, action in actions.items():
-            self.actions[i] = action
+        ids = np.fromiter(actions, np.int64)
+        column = np.fromiter(actions.values(), np.int64)
+        self.rows.write((), column, column, rows=ids)
         self.link.put(list(actions), self.main[lay.INBOX])
 
 
@@ -156,13 +155,13 @@ def wired(n_envs: int) -> Iterator[tuple[Wire, Callable]]:
     main, theirs = layout.views(bytearray(layout.nbytes)), layout.views(bytearray(layout.nbytes))
     theirs["ctrl"] = main["ctrl"]  # seen at once by both sides
     results = [lay.OUTBOX, lay.ENV_STATUS, lay.READY_NS, "reward", "terminated", "truncated", lay.obs_field(())]
-    cmd = Publishing(main, theirs, [lay.INBOX, lay.action_field(())])
+    cmd = Publishing(main, theirs, [lay.INBOX, lay.action_field(()), lay.ACTION_CODE])
     finished = Publishing(theirs, main, results)
     link = WorkerLink(0, 0, n_envs, 0.0)
     for signal in (link.cmd, link.done, link.finished):
         signal.close()
     link.cmd, link.done, link.finished, link.ctrl = cmd, Signals(), finished, main["ctrl"][0]
-    wire = Wire(main, link, cmd, finished)
+    wire = Wire(main, link, cmd, finished, ActionRows(layout, main))
     shard = Shard([Echo(i, wire.log) for i in range(n_envs)], 0, theirs, layout, AutoresetMode.NEXT_STEP, action_space)
     ours, worker_end = mp.Pipe()
     sends = _Sends(0, worker_end, Signals(), finished, shard, theirs)
