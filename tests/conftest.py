@@ -10,7 +10,7 @@ import pytest
 from helpers import descendant_pids, shm_entries
 from hypothesis import HealthCheck, Phase, settings
 
-# The property tests (test_properties.py) start pools in every example, so examples are
+# The property tests (test_properties*.py) start pools in every example, so examples are
 # slow: "ci" (the default) keeps their share of a run bounded, "long" explores on demand
 # (SHMVEC_HYPOTHESIS_PROFILE=long).
 settings.register_profile(

@@ -144,10 +144,12 @@ class PoolShape:
     start_method: str
     autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP
     batch_size: int | None = None
+    spin: bool = True  # False: every wait blocks at once (max_spin=0), another path through the hand-offs
 
     def kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``ShmVectorEnv``/``ShmPoolVecEnv`` (all but the batch size and mode)."""
-        return {"copy": self.copy, "start_method": self.start_method, "main_shard": self.main_shard}
+        spin = {} if self.spin else {"max_spin": 0}
+        return {"copy": self.copy, "start_method": self.start_method, "main_shard": self.main_shard, **spin}
 
 
 @st.composite
@@ -171,6 +173,7 @@ def pool_shapes(
         start_method=draw(st.sampled_from(start_methods)),
         autoreset_mode=draw(st.sampled_from(modes)),
         batch_size=draw(st.integers(1, n_envs - 1)) if batches else None,
+        spin=draw(st.booleans()),
     )
 
 
