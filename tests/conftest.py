@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
 import pytest
 from helpers import descendant_pids, shm_entries
+from hypothesis import HealthCheck, Phase, settings
+
+# The property tests (test_properties*.py) start pools in every example, so examples are
+# slow: "ci" (the default) keeps their share of a run bounded, "long" explores on demand
+# (SHMVEC_HYPOTHESIS_PROFILE=long).
+settings.register_profile(
+    "ci",
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],  # explain reruns for minutes
+)
+settings.register_profile("long", settings.get_profile("ci"), max_examples=1000)
+settings.load_profile(os.environ.get("SHMVEC_HYPOTHESIS_PROFILE", "ci"))
 
 
 def wait_until_clean(before_shm: set[str], before_pids: set[int], timeout: float = 5.0) -> tuple[set, set]:
