@@ -133,6 +133,8 @@ class AsyncSchedule:
             except EnvFailed as failure:
                 self.state[i] = HELD
                 raise main_shard_error(failure) from None
+            if main.pickled_out:  # observation leaves with no fixed size go with the record, as a worker's do
+                record = (record or StepInfo(i, {}))._replace(pickled_obs=main.pickled_out.pop(i))
             if record is not None:
                 self.records[i] = record
             self.state[i] = QUEUED

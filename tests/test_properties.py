@@ -24,7 +24,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 from helpers import assert_same
-from hypothesis import assume, event, given
+from hypothesis import event, given
 from hypothesis import strategies as st
 from sb3_compare import check_step, sample_actions
 from spec_env import EnvDesign, SpecEnv, canonical_action
@@ -81,15 +81,6 @@ def assert_same_received(got: Sequence[list], want: Sequence[list], space: space
         assert len(got_i) == len(want_i), f"env {i}: {len(got_i)} actions received, the reference {len(want_i)}"
         for t, (g, w) in enumerate(zip(got_i, want_i)):
             assert_same(canonical_action(g, space), canonical_action(w, space), f"env {i}, its action {t}")
-
-
-def has_pickled_leaf(space: spaces.Space) -> bool:
-    """Whether ``space`` has a leaf with no fixed size (one that travels pickled)."""
-    if isinstance(space, (spaces.Dict, spaces.Tuple)):
-        return any(
-            has_pickled_leaf(sub) for sub in (space.spaces.values() if isinstance(space, spaces.Dict) else space)
-        )
-    return not isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete))
 
 
 def note_ends(count: int) -> None:
@@ -270,8 +261,6 @@ def dispatch(shm: ShmVectorEnv, alone: AloneEnvs, ids: np.ndarray, ended: np.nda
     seed=seeds,
 )
 def test_async_batches_match_each_env_stepped_alone(design, shape, seed):
-    # A known bug, pinned by test_async_main_shard_returns_fresh_pickled_observations below.
-    assume(not (shape.main_shard and has_pickled_leaf(design.observation_space)))
     fns = env_fns(design, shape.n_envs)
     with closing_all() as closing:
         shm = closing(
@@ -305,11 +294,6 @@ class TextCounter(gym.Env):
         return str(self.t), 0.0, False, False, {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="main-shard envs stepped by send() leave their pickled observation leaves behind",
-)
 @pytest.mark.parametrize("n_workers", [0, 1])
 def test_async_main_shard_returns_fresh_pickled_observations(n_workers, closing):
     envs = closing(ShmVectorEnv([TextCounter] * 2, n_workers, main_shard=True, batch_size=1, start_method="fork"))

@@ -17,7 +17,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from helpers import assert_same
-from hypothesis import Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from sb3_compare import check_step
 from spec_env import EnvDesign, random_array
@@ -100,11 +100,7 @@ def spaces_and_forms(draw: st.DrawFn) -> tuple[Any, Any]:
     return design, draw(action_forms(design.action_space))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="actions are cast to the space's dtype")
 @pytest.mark.parametrize("adapter", ["gym", "sb3"])
-# No shrinking while every run is expected to fail (each shrink step starts pools); one
-# failure, not a group, so that ``raises`` above applies.
-@settings(phases=[Phase.explicit, Phase.reuse, Phase.generate], report_multiple_bugs=False)
 @given(
     design_forms=spaces_and_forms(),
     shape=pool_shapes(max_envs=4, modes=(AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP), start_methods=("fork",)),
