@@ -101,16 +101,19 @@ class ScriptWorkload:
 
     def describe(self) -> str:
         return (f"CleanRL-style PPO script, {self.env_id}, {self.n_envs} envs, {self.timesteps:,} steps, "
-                f"num-steps {self.num_steps}; shm-async: batches of {self.n_envs // 2}")
+                f"num-steps {self.num_steps}; shm-async: {2 * self.n_envs} envs in batches of {self.n_envs} "
+                f"(the same batch per policy call and steps per rollout; Sample Factory's double buffering)")
 
     def command(self, impl: str, scale: float, device: str) -> list[str]:
         """``device`` is not used: the scripts run their policy on the CPU."""
         steps = scaled(self.timesteps, scale, at_least=self.n_envs * self.num_steps)  # one rollout at least
-        common = ["--env-id", self.env_id, "--num-envs", str(self.n_envs), "--total-timesteps", str(steps),
-                  "--num-steps", str(self.num_steps), "--seed", "1", "--json"]
+        # shm-async: twice the envs in batches of n_envs, so that the policy sees the sync twin's batch
+        # and a rollout has as many steps
+        n_envs, num_steps = (2 * self.n_envs, self.num_steps // 2) if impl == "shm-async" else (self.n_envs, self.num_steps)
+        common = ["--env-id", self.env_id, "--num-envs", str(n_envs), "--total-timesteps", str(steps),
+                  "--num-steps", str(num_steps), "--seed", "1", "--json"]
         if impl == "shm-async":
-            return [sys.executable, os.path.join(EXAMPLES, "ppo_async.py"), *common,
-                    "--batch-size", str(self.n_envs // 2)]
+            return [sys.executable, os.path.join(EXAMPLES, "ppo_async.py"), *common, "--batch-size", str(self.n_envs)]
         return [sys.executable, os.path.join(EXAMPLES, "ppo_sync.py"), *common, "--vec", impl]
 
 

@@ -1,7 +1,10 @@
 """PPO on CartPole with async batches: the policy runs on one batch of envs while the workers step the others.
 
 The twin of ppo_sync.py (same hyperparameters and update), collecting EnvPool-style with
-``send``/``recv``: ``python examples/ppo_async.py --num-envs 16 --batch-size 8``.
+``send``/``recv``: ``python examples/ppo_async.py --num-envs 16 --batch-size 8``. Compare
+it with ``python examples/ppo_sync.py --num-envs 8``: the policy then sees batches of the
+same size, and while it runs on one half of the envs the workers step the other half
+(Sample Factory's double buffering).
 
 Batches mix envs in the order they finish, so every row is stored with its env id, and
 the trajectory of env ``i`` is the rows with ``env_id == i`` in order (as CleanRL's EnvPool

@@ -120,6 +120,8 @@ class AsyncSchedule:
             else:
                 by_worker.setdefault(pool.shard_of(i), []).append(i)
         main_ids = by_worker.pop(pool.n_workers, [])
+        if pool.short_spin is not None:
+            pool.short_spin.step()
         for k, ids in by_worker.items():
             pool.links[k].put(ids, self.inbox)
         if main_ids:

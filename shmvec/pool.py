@@ -76,7 +76,7 @@ from shmvec.protocol import Attach, Command, ErrorReport, Hello, NextWait, Reset
 from shmvec.requests import Requests
 from shmvec.resources import PoolResources, finalize_unclosed
 from shmvec.obs_buffers import ObsBuffers
-from shmvec.omp_spin import short_spin_for_pool
+from shmvec.omp_spin import ShortSpin, short_spin_for_pool
 from shmvec.restart import Restarter, RestartNeeded
 from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
 from shmvec.shm import OwnedArena
@@ -138,7 +138,8 @@ class ShmPool(ObsBuffers, Breakable):
         self.start_limit = None if self.timeout is None else max(self.timeout, START_TIMEOUT)  # building envs
         self.pending: str | None = None  # "step" or "request": what the next wait collects
         self._step_returned = 0.0  # when the last step_wait returned (perf_counter): the caller's time starts
-        self.omp_spin = "unchanged"  # what the pool did to the caller's OpenMP spins (set once started)
+        self.omp_spin = "unchanged"  # what the pool does to the caller's OpenMP spins (set once started)
+        self.short_spin: ShortSpin | None = None
         self._res = PoolResources()
         self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
         self.obs_space_match = obs_space_match  # restarted workers' envs must match too
@@ -198,6 +199,7 @@ class ShmPool(ObsBuffers, Breakable):
         self.requests = Requests(self)
         self.batches = AsyncSchedule(self)
         res.short_spin, self.omp_spin = short_spin_for_pool(opts.omp_spin, self.n_workers)
+        self.short_spin = res.short_spin  # told of every step (and async send): see omp_spin.ShortSpin
 
     def attach_message(self, restart: bool = False) -> Attach:
         return Attach(self._res.arena.name, self.layout, self.autoreset_mode, self._res.ready.name, restart)
@@ -216,6 +218,8 @@ class ShmPool(ObsBuffers, Breakable):
         if len(self._obs_buffers) > 1:
             self._next_obs_buffer()
         next_wait = self._next_wait()
+        if self.short_spin is not None:
+            self.short_spin.step()
         for link in self.links:
             link.ctrl[lay.CTRL_NEXT_WAIT] = next_wait  # before the post: the worker reads it after the step
             link.post(_COMMAND_STEP)

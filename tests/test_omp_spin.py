@@ -1,4 +1,5 @@
-"""The caller's OpenMP threads spin short while a pool with workers is open, and long again after.
+"""The caller's OpenMP threads spin short while it steps a pool with workers, and long again
+when it pauses (its update) or closes the pool.
 
 The effect is checked where it matters: CPU time that torch's idle intra-op thread burns
 while the main process sleeps between small forward passes (as it does while a pool steps).
@@ -12,10 +13,11 @@ import threading
 import time
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
-from shmvec.omp_spin import loaded_libgomp
+from shmvec.omp_spin import IDLE, loaded_libgomp
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(
@@ -40,9 +42,10 @@ def parked_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "shmvec-omp-spin"]
 
 
-def idle_thread_cpu(seconds: float = 0.4) -> float:
+def idle_thread_cpu(step=None, seconds: float = 0.4) -> float:
     """Share of one CPU the busiest other thread of this process burns while the main thread
-    runs a batch-8 MLP forward pass every 2 ms and sleeps in between (GOMP's spin after each op)."""
+    runs a batch-8 MLP forward pass every 2 ms, then ``step()`` if given, and sleeps in
+    between (libgomp's spin after each op; the pool's step in a rollout)."""
     net = torch.nn.Sequential(torch.nn.Linear(376, 64), torch.nn.Tanh(), torch.nn.Linear(64, 17))
     x = torch.randn(8, 376)
     with torch.no_grad():
@@ -53,6 +56,8 @@ def idle_thread_cpu(seconds: float = 0.4) -> float:
     while time.perf_counter() - start < seconds:
         with torch.no_grad():
             net(x)
+        if step is not None:
+            step()
         time.sleep(0.002)
     elapsed, after = time.perf_counter() - start, _thread_ticks()
     busiest = max((after[t] - before.get(t, 0) for t in after if t != me), default=0)
@@ -71,19 +76,26 @@ def _thread_ticks() -> dict[int, int]:
     return ticks
 
 
-def test_auto_shortens_the_spin_of_torchs_idle_threads_and_close_restores_it(two_torch_threads):
+def test_steps_shorten_the_spin_of_torchs_idle_threads_and_a_pause_or_close_restores_it(two_torch_threads):
     long_before = idle_thread_cpu()
     env = ShmPoolVecEnv([cartpole] * 4, n_workers=2, start_method="fork")
     try:
         assert "omp_spin='short (torch: 2 threads)'" in repr(env)
-        assert len(parked_threads()) == 1
-        short = idle_thread_cpu()
+        env.reset()
+        assert parked_threads() == []  # nothing before the caller steps
+        short = idle_thread_cpu(step=lambda: env.step(np.zeros(4, dtype=np.int64)))
+        assert len(parked_threads()) == 1 and env._pool.short_spin.engaged
         assert torch.get_num_threads() == 2  # the policy keeps its threads
+        time.sleep(3 * IDLE)  # no steps: the caller updates its policy
+        assert parked_threads() == [] and not env._pool.short_spin.engaged
+        long_paused = idle_thread_cpu()
+        env.step(np.zeros(4, dtype=np.int64))  # the next rollout
+        assert len(parked_threads()) == 1
     finally:
         env.close()
     assert parked_threads() == []
     long_after = idle_thread_cpu()
-    assert short < 0.5 * min(long_before, long_after), (short, long_before, long_after)
+    assert short < 0.5 * min(long_before, long_paused, long_after), (short, long_before, long_paused, long_after)
 
 
 @pytest.mark.parametrize(
@@ -101,6 +113,8 @@ def test_when_it_engages_and_the_override(closing, kwargs, threads, expected):
     try:
         env = closing(ShmVectorEnv([cartpole] * 2, start_method="fork", **kwargs))
         assert f"omp_spin={expected!r}" in repr(env)
+        env.reset(seed=0)
+        env.step(np.zeros(2, dtype=np.int64))
         assert len(parked_threads()) == expected.startswith("short")
         env.close()
         assert parked_threads() == []
@@ -110,6 +124,8 @@ def test_when_it_engages_and_the_override(closing, kwargs, threads, expected):
 
 def test_a_pool_that_was_not_closed_releases_it_when_collected(two_torch_threads):
     env = ShmPoolVecEnv([cartpole] * 2, n_workers=1, start_method="fork")
+    env.reset()
+    env.step(np.zeros(2, dtype=np.int64))
     assert len(parked_threads()) == 1
     with pytest.warns(ResourceWarning):
         del env
