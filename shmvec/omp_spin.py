@@ -34,9 +34,12 @@ from typing import Literal
 logger = logging.getLogger("shmvec")
 
 OmpSpin = Literal["auto", "short", "unchanged"]
-# No step for this long: the caller is updating its policy, not collecting (a forward pass
-# between two steps takes well under this, even a CNN's on a CPU).
-IDLE = 0.05
+# The caller is updating its policy, not collecting, once no step came for IDLE_STEPS times
+# its usual interval between steps (a policy's forward pass and the step), within these
+# bounds: a CleanRL update of 16 minibatches takes ~50 ms, SB3's CNN forward pass ~5 ms.
+IDLE_STEPS = 3.0
+MIN_IDLE, MAX_IDLE = 2e-3, 50e-3
+INTERVAL_WEIGHT = 0.1  # of the newest interval in the moving average
 
 
 def loaded_libgomp() -> str | None:
@@ -73,7 +76,7 @@ class ShortSpin:
     waits; libgomp keeps a finished team's threads parked for the thread's next region,
     and counts them while deciding how long idle threads spin. The pool calls
     :meth:`step` with every step, which engages it; it lets itself go once no step came
-    for :data:`IDLE` seconds, so that a training loop's update (back-to-back ops, where
+    for a few of the caller's usual intervals between steps (:data:`IDLE_STEPS`), so that a training loop's update (back-to-back ops, where
     a thread that fell asleep costs a wake-up per op) runs with libgomp's own spin, and
     the next rollout's first step engages it again. :meth:`release` ends it for good.
     """
@@ -86,12 +89,19 @@ class ShortSpin:
         self._region = (gomp.GOMP_parallel, ctypes.cast(gomp.omp_get_num_threads, ctypes.c_void_p))
         self._released = threading.Event()
         self._last_step = 0.0
+        self._interval = MAX_IDLE / IDLE_STEPS  # moving average of the intervals between steps
+        self.idle = MAX_IDLE  # no step for this long: the caller paused (IDLE_STEPS intervals)
         self.engaged = False
         self._thread: threading.Thread | None = None
 
     def step(self) -> None:
         """The caller steps: keep the team parked (park it if it is not)."""
-        self._last_step = time.perf_counter()
+        now = time.perf_counter()
+        interval = now - self._last_step
+        if interval < self.idle:  # a step of a rollout (not the first one after a pause)
+            self._interval += INTERVAL_WEIGHT * (interval - self._interval)
+            self.idle = min(MAX_IDLE, max(MIN_IDLE, IDLE_STEPS * self._interval))
+        self._last_step = now
         if not self.engaged and not self._released.is_set():
             self.engaged = True
             parked = threading.Event()
@@ -103,8 +113,9 @@ class ShortSpin:
         parallel, noop = self._region
         parallel(noop, None, ctypes.c_uint(self.team), ctypes.c_uint(0))
         parked.set()
-        while not self._released.wait(IDLE):  # the team stays parked until this thread ends
-            if time.perf_counter() - self._last_step > IDLE:
+        while True:  # the team stays parked until this thread ends
+            left = self._last_step + self.idle - time.perf_counter()
+            if left <= 0.0 or self._released.wait(left):
                 break
         self.engaged = False
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
-from shmvec.omp_spin import IDLE, loaded_libgomp
+from shmvec.omp_spin import MAX_IDLE, MIN_IDLE, ShortSpin, loaded_libgomp
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(
@@ -86,7 +86,7 @@ def test_steps_shorten_the_spin_of_torchs_idle_threads_and_a_pause_or_close_rest
         short = idle_thread_cpu(step=lambda: env.step(np.zeros(4, dtype=np.int64)))
         assert len(parked_threads()) == 1 and env._pool.short_spin.engaged
         assert torch.get_num_threads() == 2  # the policy keeps its threads
-        time.sleep(3 * IDLE)  # no steps: the caller updates its policy
+        time.sleep(2 * MAX_IDLE)  # no steps: the caller updates its policy
         assert parked_threads() == [] and not env._pool.short_spin.engaged
         long_paused = idle_thread_cpu()
         env.step(np.zeros(4, dtype=np.int64))  # the next rollout
@@ -120,6 +120,23 @@ def test_when_it_engages_and_the_override(closing, kwargs, threads, expected):
         assert parked_threads() == []
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_pause_that_lets_go_follows_the_callers_interval_between_steps():
+    spin = ShortSpin(loaded_libgomp(), team=2)
+    try:
+        assert spin.idle == MAX_IDLE
+        for _ in range(60):  # a rollout: a step every ~1 ms
+            spin.step()
+            time.sleep(0.001)
+        assert MIN_IDLE <= spin.idle < 10e-3 and spin.engaged
+        time.sleep(MAX_IDLE)  # an update
+        assert not spin.engaged
+        spin.step()  # the next rollout: its first interval (the pause) teaches nothing
+        assert spin.idle < 10e-3 and spin.engaged
+    finally:
+        spin.release()
+    assert not spin.engaged and parked_threads() == []
 
 
 def test_a_pool_that_was_not_closed_releases_it_when_collected(two_torch_threads):
