@@ -76,9 +76,10 @@ class ShortSpin:
     waits; libgomp keeps a finished team's threads parked for the thread's next region,
     and counts them while deciding how long idle threads spin. The pool calls
     :meth:`step` with every step, which engages it; it lets itself go once no step came
-    for a few of the caller's usual intervals between steps (:data:`IDLE_STEPS`), so that a training loop's update (back-to-back ops, where
-    a thread that fell asleep costs a wake-up per op) runs with libgomp's own spin, and
-    the next rollout's first step engages it again. :meth:`release` ends it for good.
+    for a few of the caller's usual intervals between steps (:data:`IDLE_STEPS`), so
+    that a training loop's update (back-to-back ops, where a thread that fell asleep
+    costs a wake-up per op) runs with libgomp's own spin, and the next rollout's first
+    step engages it again. :meth:`release` ends it for good.
     """
 
     def __init__(self, libgomp_path: str, team: int):
@@ -128,7 +129,7 @@ class ShortSpin:
 
 
 def short_spin_for_pool(mode: OmpSpin, n_workers: int) -> tuple[ShortSpin | None, str]:
-    """Start :class:`ShortSpin` if ``mode`` asks for it; return it (or None) and why, for ``repr``.
+    """A :class:`ShortSpin` if ``mode`` asks for one (None otherwise), and why, for ``repr``.
 
     ``"auto"``: when libgomp is loaded, the pool has worker processes to share the cores
     with, and torch (if imported) runs more than one thread. ``"short"``: whenever libgomp
