@@ -67,11 +67,12 @@ class PoolOptions:
         n_nodes: ``backend="ray"`` only: how many nodes (one actor on each, on distinct
             nodes); ``None`` uses every alive node with enough CPUs.
         omp_spin: how long the main process's idle OpenMP threads (torch's intra-op
-            threads) spin after each op while the pool is open. ``"auto"`` (default):
-            short (microseconds instead of GNU OpenMP's milliseconds) when the pool has
-            worker processes and torch runs more than one thread, so that a policy's
-            threads do not hold the cores the workers step on; they keep their number,
-            and the default spin is back at ``close()`` (see :mod:`shmvec.omp_spin`).
+            threads) spin after each op while the caller steps the pool. ``"auto"``
+            (default): short (microseconds instead of GNU OpenMP's milliseconds) when the
+            pool has worker processes and torch runs more than one thread, so that a
+            policy's threads do not hold the cores the workers step on; they keep their
+            number, and the default spin is back once the caller pauses stepping (its
+            update) and at ``close()`` (see :mod:`shmvec.omp_spin`).
             ``"short"``: whenever GNU OpenMP is loaded. ``"unchanged"``: never. Local
             backend only.
     """
