@@ -15,6 +15,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import poll_until
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
 from shmvec.omp_spin import MAX_IDLE, MIN_IDLE, ShortSpin, loaded_libgomp
@@ -64,16 +65,6 @@ def idle_thread_cpu(step=None, seconds: float = 0.4) -> float:
     return busiest / os.sysconf("SC_CLK_TCK") / elapsed
 
 
-def eventually(condition, timeout: float = 5.0) -> bool:
-    """Whether ``condition()`` holds within ``timeout`` seconds (a loaded machine runs threads late)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def _thread_ticks() -> dict[int, int]:
     ticks = {}
     for tid in os.listdir("/proc/self/task"):
@@ -97,7 +88,7 @@ def test_steps_shorten_the_spin_of_torchs_idle_threads_and_a_pause_or_close_rest
         assert len(parked_threads()) == 1 and env._pool.short_spin.engaged
         assert torch.get_num_threads() == 2  # the policy keeps its threads
         time.sleep(MAX_IDLE)  # no steps: the caller updates its policy
-        assert eventually(lambda: parked_threads() == [] and not env._pool.short_spin.engaged)
+        assert poll_until(lambda: parked_threads() == [] and not env._pool.short_spin.engaged, 5.0)
         long_paused = idle_thread_cpu()
         before = env._pool.short_spin._thread
         env.step(np.zeros(4, dtype=np.int64))  # the next rollout parks a team again
@@ -142,13 +133,13 @@ def test_the_pause_that_lets_go_follows_the_callers_interval_between_steps():
             time.sleep(0.001)
         assert MIN_IDLE <= spin.idle < 10e-3 and spin.engaged
         time.sleep(MAX_IDLE)  # an update
-        assert eventually(lambda: not spin.engaged)
+        assert poll_until(lambda: not spin.engaged, 5.0)
         before = spin._thread
         spin.step()  # the next rollout: parks a team again; its first interval (the pause) teaches nothing
         assert spin._thread is not before and spin.idle < 10e-3
     finally:
         spin.release()
-    assert eventually(lambda: not spin.engaged and parked_threads() == [])
+    assert poll_until(lambda: not spin.engaged and parked_threads() == [], 5.0)
 
 
 def test_a_pool_that_was_not_closed_releases_it_when_collected(two_torch_threads):
