@@ -21,7 +21,8 @@ def checked_column(values: object, view: np.ndarray, leaf_space: spaces.Space, c
     """``values`` as an array, checked against the shape and dtype of the leaf's rows.
 
     The shape must equal ``view``'s ``[num_envs, *leaf_shape]``, and the dtype must be of
-    a kind the space's dtype takes (no floats for an integer space), except for MultiBinary
+    a kind the space's dtype takes: any integer or bool dtype for an integer space (Python
+    ints arrive as int64, also for a uint8 space), no floats for it, except for MultiBinary
     spaces: SB3's PPO/A2C sample their actions as floats, and 0./1. are valid there. The
     envs get the values in their own dtype (:mod:`shmvec.action_rows`).
 
@@ -44,6 +45,8 @@ def checked_column(values: object, view: np.ndarray, leaf_space: spaces.Space, c
             f"{leaf_space}), got shape {column.shape}"
         )
     if np.can_cast(column.dtype, view.dtype, casting="same_kind"):
+        return column
+    if column.dtype.kind in "biu" and view.dtype.kind in "iu":  # signed ints for an unsigned space
         return column
     if isinstance(leaf_space, spaces.MultiBinary) and column.dtype.kind in "biuf" and np.isin(column, (0, 1)).all():
         return column

@@ -177,8 +177,9 @@ def pool_shapes(
     )
 
 
-# How a caller may give one leaf's actions: numpy dtypes shmvec takes today (a cast that keeps
-# the kind; 0/1 of any kind for MultiBinary), or Python lists ("list") where their dtype is one.
+# How a caller may give one leaf's actions: numpy dtypes shmvec takes (a cast that keeps the
+# kind, any integer dtype for an integer space, 0/1 of any kind for MultiBinary), or Python
+# lists ("list") where their dtype is one.
 _FLOAT_FORMS = ("float64", "float16", "int64", "int32", "uint8", "float32", "list")
 _INT_FORMS = ("int32", "int16", "uint8", "int8", "int64", "uint16", "uint64", "list")
 _BINARY_FORMS = ("bool", "int64", "float32", "float64", "uint8", "int8", "list")
@@ -193,8 +194,13 @@ def leaf_forms(space: spaces.Space) -> list[str]:
     python_dtype = {"b": "bool", "f": "float64"}.get(kind, "int64")  # what np.asarray makes of a list
     if not np.prod(space.shape):  # np.asarray makes float64 of an empty list
         candidates = tuple(f for f in candidates if f != "list")
-    forms = [f for f in candidates if np.can_cast(python_dtype if f == "list" else f, space.dtype, "same_kind")]
+    forms = [f for f in candidates if _takes(space.dtype, np.dtype(python_dtype if f == "list" else f))]
     return sorted(forms, key=lambda f: f == str(space.dtype))  # so that the simplest example casts
+
+
+def _takes(space_dtype: np.dtype, given: np.dtype) -> bool:
+    both_integers = given.kind in "biu" and space_dtype.kind in "iu"
+    return both_integers or np.can_cast(given, space_dtype, "same_kind")
 
 
 @st.composite
