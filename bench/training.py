@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: import `bench` and `shmvec` from this checkout, and not
-    # bench/'s modules as top-level ones (bench/profile.py would hide the standard library's profile from torch)
+    # bench/'s modules as top-level ones (one could hide a standard library module of the same name)
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.path.dirname(_here), *(p for p in sys.path if os.path.abspath(p or ".") != _here)]
 
