@@ -85,7 +85,7 @@ def preload_forkserver() -> None:
     those re-imports cache hits. Start-up only: the per-step cost is unchanged. Must run
     before the first forkserver process starts.
     """
-    mp.set_forkserver_preload(["shmvec.worker", "bench.workloads"])
+    mp.set_forkserver_preload(["shmvec.engine.worker", "bench.workloads"])
 
 
 SMOKE_TIMING = Timing(warmup_time=0.0, block_time=0.0, repeats=1, min_steps=2)

@@ -79,7 +79,8 @@ def _timed(marks: list[float], fn: Callable) -> Callable:
 
 def run(adapter: str, env_name: str, n: int, n_workers: int | None, steps: int, warmup: int, copy: bool = True) -> dict:
     """Step a vector env ``warmup + steps`` times; return the phases of the timed steps (seconds, per step)."""
-    from shmvec import ShmPoolVecEnv, ShmVectorEnv, ops
+    from shmvec import ShmPoolVecEnv, ShmVectorEnv
+    from shmvec.engine import ops
 
     env_fns = [functools.partial(probed, env_name)] * n
     kwargs = {"copy": copy} if n_workers is None else {"copy": copy, "n_workers": n_workers}

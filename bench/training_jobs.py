@@ -219,7 +219,7 @@ def run_sb3(workload: Sb3Workload, impl: str, scale: float, device: str) -> dict
     import stable_baselines3 as sb3
     import torch
 
-    from shmvec.demo import timed_learn
+    from shmvec.tools.demo import timed_learn
 
     start = time.perf_counter()
     venv = build_vec_env(workload, impl)

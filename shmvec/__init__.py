@@ -23,9 +23,9 @@ from shmvec.errors import (
     UnsupportedSpaceError,
     WorkerDiedError,
 )
-from shmvec.pool import ShmPool
-from shmvec.registration import register
-from shmvec.vector import ShmVectorEnv, make_vec
+from shmvec.engine.pool import ShmPool
+from shmvec.adapters.registration import register
+from shmvec.adapters.vector import ShmVectorEnv, make_vec
 
 __version__ = "0.1.0"
 
@@ -56,7 +56,7 @@ __all__ = [
 def __getattr__(name: str):
     # Adapters import their framework lazily: `import shmvec` needs neither SB3 nor torch.
     if name == "ShmPoolVecEnv":
-        from shmvec.sb3 import ShmPoolVecEnv
+        from shmvec.adapters.sb3 import ShmPoolVecEnv
 
         return ShmPoolVecEnv
     raise AttributeError(f"module 'shmvec' has no attribute {name!r}")

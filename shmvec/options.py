@@ -24,7 +24,7 @@ class PoolOptions:
     Args:
         n_workers: worker processes. ``None`` (default): chosen at start-up from the
             usable cores and the env's step cost, timed on one extra env built in the
-            main process from ``env_fns[0]`` (see :mod:`shmvec.autoconfig`): all envs
+            main process from ``env_fns[0]`` (see :mod:`shmvec.engine.plan`): all envs
             in-process, the main process plus workers, or workers only. The choice is
             logged (logger ``"shmvec"``) and shown by ``repr()``. An int gives exactly
             that many worker processes. Envs are split into contiguous shards whose
@@ -41,7 +41,7 @@ class PoolOptions:
             them alone.
         max_spin: seconds a waiter may spin before blocking (spinning turns off while most
             waits outgrow it); while every busy process has a core, waits the pool can
-            predict may spin longer (up to 2 ms, see :mod:`shmvec.autoconfig`). ``0``
+            predict may spin longer (up to 2 ms, see :mod:`shmvec.engine.plan`). ``0``
             always blocks.
         main_shard: the main process steps one more shard itself (the last one) while the
             workers step theirs. Fastest for light envs, as no wake-up sits on the critical
@@ -72,7 +72,7 @@ class PoolOptions:
             pool has worker processes and torch runs more than one thread, so that a
             policy's threads do not hold the cores the workers step on; they keep their
             number, and the default spin is back once the caller pauses stepping (its
-            update) and at ``close()`` (see :mod:`shmvec.omp_spin`).
+            update) and at ``close()`` (see :mod:`shmvec.engine.omp_spin`).
             ``"short"``: whenever GNU OpenMP is loaded. ``"unchanged"``: never. Local
             backend only.
     """

@@ -12,7 +12,7 @@ from faulty import Boom, env_fns
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from helpers import assert_same
 
-import shmvec.worker
+import shmvec.engine.worker
 from shmvec import ShmVectorEnv, StepStateError, StepTimeoutError, WorkerDiedError
 from shmvec.errors import AlreadyPendingError, NoPendingCallError
 
@@ -313,7 +313,7 @@ def test_a_request_posted_while_a_worker_finishes_its_sends_runs_once(closing, m
     the pipe for a request that never came. Being descheduled at that point is rare; the
     sleep (inherited through fork) makes it certain.
     """
-    run_sends = shmvec.worker._Sends.run
+    run_sends = shmvec.engine.worker._Sends.run
 
     def descheduled_after_sends(self, sent):
         published = self.published
@@ -321,7 +321,7 @@ def test_a_request_posted_while_a_worker_finishes_its_sends_runs_once(closing, m
         if self.published > published:  # after publishing: the main process goes on meanwhile
             time.sleep(0.05)
 
-    monkeypatch.setattr(shmvec.worker._Sends, "run", descheduled_after_sends)
+    monkeypatch.setattr(shmvec.engine.worker._Sends, "run", descheduled_after_sends)
     envs = closing(ShmVectorEnv([FACTORIES["CartPole"]] * 2, 1, start_method="fork"))
     envs.reset(seed=0)
     for _ in range(3):

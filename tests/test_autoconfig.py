@@ -13,12 +13,13 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from helpers import assert_same
 
-from shmvec import ShmPoolVecEnv, ShmVectorEnv, autoconfig
-from shmvec import layout as lay
-from shmvec import pool as pool_module
-from shmvec.autoconfig import ISOLATION_TOLERANCE, candidates, choose, explicit, predicted_step_time
-from shmvec.protocol import NextWait
-from shmvec.sync import MAX_SPIN
+from shmvec import ShmPoolVecEnv, ShmVectorEnv
+from shmvec.engine import plan as autoconfig
+from shmvec.ipc import layout as lay
+from shmvec.engine import pool as pool_module
+from shmvec.engine.plan import ISOLATION_TOLERANCE, candidates, choose, explicit, predicted_step_time
+from shmvec.ipc.protocol import NextWait
+from shmvec.ipc.signals import MAX_SPIN
 
 CORES = 2  # the decisions below are the 2-core machine's; the model is checked for other counts too
 

@@ -247,9 +247,9 @@ def test_hanging_step_times_out(vec, adapter, start_method):
 
 @pytest.mark.timeout(60)
 def test_hanging_env_fn_times_out(monkeypatch):
-    import shmvec.pool
+    import shmvec.engine.pool
 
-    monkeypatch.setattr(shmvec.pool, "START_TIMEOUT", 1.0)  # start-up otherwise gets 30 s
+    monkeypatch.setattr(shmvec.engine.pool, "START_TIMEOUT", 1.0)  # start-up otherwise gets 30 s
     start = time.monotonic()
     with pytest.raises(StepTimeoutError, match=r"envs 2\.\.3 were not built within 1\.0s \(an env_fn hangs\?\)"):
         make_vec("sb3", env_fns("init_hang", bad=2), start_method="fork", timeout=1.0)
@@ -321,9 +321,9 @@ def test_misuse_fails_at_once(vec, adapter):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_dev_shm_too_small(monkeypatch, adapter):
-    import shmvec.shm
+    import shmvec.ipc.arena
 
-    monkeypatch.setattr(shmvec.shm, "free_bytes", lambda: 100)
+    monkeypatch.setattr(shmvec.ipc.arena, "free_bytes", lambda: 100)
     with pytest.raises(SharedMemoryCapacityError, match=r"needs [\d,]+ bytes of shared memory in /dev/shm, but only 100 bytes are free") as excinfo:
         make_vec(adapter, env_fns(None), start_method="fork")
     assert isinstance(excinfo.value, MemoryError)
@@ -334,12 +334,12 @@ def test_dev_shm_too_small(monkeypatch, adapter):
 def test_dev_shm_fills_up_while_reserving(monkeypatch):
     import errno
 
-    import shmvec.shm
+    import shmvec.ipc.arena
 
     def no_space(fd, offset, length):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(shmvec.shm.os, "posix_fallocate", no_space)
+    monkeypatch.setattr(shmvec.ipc.arena.os, "posix_fallocate", no_space)
     with pytest.raises(SharedMemoryCapacityError, match=r"needs [\d,]+ bytes .* the allocation failed"):
         make_vec("sb3", env_fns(None), start_method="fork")
 

@@ -1,4 +1,4 @@
-"""Every hand-off is read only after taking the post that published it (shmvec.protocol).
+"""Every hand-off is read only after taking the post that published it (shmvec.ipc.protocol).
 
 A real machine shows a reordering only by chance, so these tests make it certain: the
 worker runs in a thread, over its own copy of the arena, and a post copies the poster's
@@ -24,13 +24,13 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from shmvec import layout as lay
-from shmvec.action_rows import ActionRows
-from shmvec.batches import IN_FLIGHT, AsyncSchedule
-from shmvec.link import WorkerLink
-from shmvec.protocol import SENT_SPAN, SEQ_SPAN, Command, post_word, read_word
-from shmvec.shard import Shard
-from shmvec.worker import _catch_up, _Sends, _serve
+from shmvec.ipc import layout as lay
+from shmvec.ipc.action_rows import ActionRows
+from shmvec.engine.async_schedule import IN_FLIGHT, AsyncSchedule
+from shmvec.engine.link import WorkerLink
+from shmvec.ipc.protocol import SENT_SPAN, SEQ_SPAN, Command, post_word, read_word
+from shmvec.engine.shard import Shard
+from shmvec.engine.worker import _catch_up, _Sends, _serve
 
 WAIT = 5.0  # seconds; only a broken hand-off makes a test wait this long
 

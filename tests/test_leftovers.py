@@ -2,7 +2,7 @@
 
 The end-to-end tests kill a real stepping script's whole process group (main process,
 resource tracker, workers, forkserver) under each start method, see its entries stay,
-and start a pool. The unit tests run :func:`~shmvec.leftovers.reclaim` on a scratch
+and start a pool. The unit tests run :func:`~shmvec.ipc.leftovers.reclaim` on a scratch
 directory: which entries it removes and which it must keep.
 """
 
@@ -23,9 +23,9 @@ import pytest
 from helpers import gone, poll_until, shm_of
 
 from shmvec import ShmPoolVecEnv
-from shmvec import leftovers
-from shmvec.leftovers import Maker, is_leftover, own_maker, parse_name, reclaim, start_time, unique_name
-from shmvec.sync import Signal
+from shmvec.ipc import leftovers
+from shmvec.ipc.leftovers import Maker, is_leftover, own_maker, parse_name, reclaim, start_time, unique_name
+from shmvec.ipc.signals import Signal
 
 QUICK = 5.0  # seconds: generous bound for "at once" on a loaded 2-core box
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

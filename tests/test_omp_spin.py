@@ -18,7 +18,7 @@ import pytest
 from helpers import poll_until
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
-from shmvec.omp_spin import MAX_IDLE, MIN_IDLE, ShortSpin, loaded_libgomp
+from shmvec.engine.omp_spin import MAX_IDLE, MIN_IDLE, ShortSpin, loaded_libgomp
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(

@@ -29,7 +29,7 @@ from sb3_compare import run_equivalence
 from test_action_dtypes import SPACES, batches, probe
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
-from shmvec import ray_backend
+from shmvec.backends import ray as ray_backend
 from shmvec.errors import RemoteTraceback, StepTimeoutError, WorkerDiedError
 
 ray = pytest.importorskip("ray")

@@ -15,7 +15,7 @@ from test_vector import run_equivalence
 
 import shmvec
 from shmvec import ShmVectorEnv
-from shmvec.registration import ShmVectorEntryPoint, twin_id
+from shmvec.adapters.registration import ShmVectorEntryPoint, twin_id
 
 TWIN = "shmvec/CartPole-v1"
 

@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from shmvec import autoconfig, tune
-from shmvec.stand_in import stand_in_policy
+from shmvec.engine import plan as autoconfig
+from shmvec.tools import tune
+from shmvec.tools.stand_in import stand_in_policy
 
 
 def test_tuner_smoke_json(capsys):

@@ -15,8 +15,8 @@ from envs import Token, TokenSpace
 from gymnasium import spaces
 from helpers import assert_same
 
-from shmvec import layout as lay
-from shmvec import sync
+from shmvec.ipc import layout as lay
+from shmvec.ipc import signals as sync
 from shmvec.errors import (
     EnvError,
     InvalidActionError,
@@ -25,10 +25,10 @@ from shmvec.errors import (
     SpaceMismatchError,
     UnsupportedSpaceError,
 )
-from shmvec.failures import UNGUARDED_MAIN_EXIT, describe_exit, ranges, remote_error, unguarded_main_error
+from shmvec.engine.failures import UNGUARDED_MAIN_EXIT, describe_exit, ranges, remote_error, unguarded_main_error
 from shmvec.options import DEFAULT_SPIN, PoolOptions, default_start_method
-from shmvec.protocol import ErrorReport
-from shmvec.validation import check_env_fns, check_same_spaces, checked_column, split_actions
+from shmvec.ipc.protocol import ErrorReport
+from shmvec.engine.validation import check_env_fns, check_same_spaces, checked_column, split_actions
 
 # ==== layout ============================================================================
 

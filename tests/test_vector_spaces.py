@@ -27,7 +27,7 @@ from helpers import assert_same
 from test_vector import run_equivalence
 
 from shmvec import InvalidActionError, ShmVectorEnv, UnsupportedSpaceError
-from shmvec import layout as lay
+from shmvec.ipc import layout as lay
 
 STEPS = 300
 MODES = list(AutoresetMode)

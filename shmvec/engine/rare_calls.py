@@ -2,7 +2,7 @@
 
 Each worker gets its own envs' part of the request on its pipe after a MESSAGE command;
 the main shard's part runs in :meth:`Requests.wait`, while the workers run theirs. See
-:mod:`shmvec.pool` for the data flow.
+:mod:`shmvec.engine.pool` for the data flow.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from shmvec.errors import NoPendingCallError
-from shmvec.failures import main_shard_error
-from shmvec.link import WorkerLink
-from shmvec.protocol import Reset, RunOps
-from shmvec.restart import RestartNeeded
-from shmvec.shard import EnvFailed
+from shmvec.engine.failures import main_shard_error
+from shmvec.engine.link import WorkerLink
+from shmvec.ipc.protocol import Reset, RunOps
+from shmvec.engine.restart import RestartNeeded
+from shmvec.engine.shard import EnvFailed
 
 if TYPE_CHECKING:
-    from shmvec.pool import ShmPool
+    from shmvec.engine.pool import ShmPool
 
 
 class Requests:

@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium import spaces
 
 from shmvec.errors import InvalidActionError, SpaceMismatchError
-from shmvec.failures import UNGUARDED_MAIN_EXIT
+from shmvec.engine.failures import UNGUARDED_MAIN_EXIT
 
 
 def checked_column(values: object, view: np.ndarray, leaf_space: spaces.Space, context: str) -> np.ndarray:
@@ -24,7 +24,7 @@ def checked_column(values: object, view: np.ndarray, leaf_space: spaces.Space, c
     a kind the space's dtype takes: any integer or bool dtype for an integer space (Python
     ints arrive as int64, also for a uint8 space), no floats for it, except for MultiBinary
     spaces: SB3's PPO/A2C sample their actions as floats, and 0./1. are valid there. The
-    envs get the values in their own dtype (:mod:`shmvec.action_rows`).
+    envs get the values in their own dtype (:mod:`shmvec.ipc.action_rows`).
 
     Args:
         values: the user's actions for this leaf.
@@ -187,7 +187,7 @@ def check_not_bootstrapping() -> None:
     Under forkserver and spawn a worker first re-imports the main script; a script without
     the ``__main__`` guard then builds a pool of its own, and multiprocessing fails with a
     long traceback in every worker. Exit quietly with a code the main process explains
-    instead (:func:`shmvec.failures.unguarded_main_error`).
+    instead (:func:`shmvec.engine.failures.unguarded_main_error`).
     """
     process = mp.current_process()
     if getattr(process, "_inheriting", False) and process.name.startswith("shmvec-worker-"):

@@ -3,7 +3,7 @@
 The main process owns it (:class:`OwnedArena`): it creates the segment through
 :mod:`multiprocessing.shared_memory`, so Python's resource tracker unlinks it even if
 the main process is SIGKILLed (if the tracker is killed with it, the next pool to start
-removes it: :mod:`shmvec.leftovers`), reserves its pages up front (a full ``/dev/shm`` is a
+removes it: :mod:`shmvec.ipc.leftovers`), reserves its pages up front (a full ``/dev/shm`` is a
 clear :class:`~shmvec.errors.SharedMemoryCapacityError` now, not a SIGBUS later) and
 unlinks it exactly once, on ``close()`` or, as a safety net, at garbage collection
 or interpreter exit.
@@ -24,7 +24,7 @@ from multiprocessing import shared_memory
 import posix_ipc
 
 from shmvec.errors import SharedMemoryCapacityError
-from shmvec.leftovers import SHM_DIR, unique_name
+from shmvec.ipc.leftovers import SHM_DIR, unique_name
 
 
 def free_bytes() -> int | None:

@@ -1,10 +1,10 @@
 """The engine: N envs in K worker processes over one shared-memory arena.
 
-Each worker is a :class:`~shmvec.link.WorkerLink` here (process, pipe, signals ``cmd``,
+Each worker is a :class:`~shmvec.engine.link.WorkerLink` here (process, pipe, signals ``cmd``,
 ``done`` and ``finished``, env range, what it still owes). Four flows run over the links
-(what publishes each hand-off: :mod:`shmvec.protocol`).
+(what publishes each hand-off: :mod:`shmvec.ipc.protocol`).
 
-Start-up handshake (and again for a restarted worker, see :mod:`shmvec.restart`)::
+Start-up handshake (and again for a restarted worker, see :mod:`shmvec.engine.restart`)::
 
     main process                                   worker k (envs [s_k, e_k))
     link.spawn(env_fns[s_k:e_k]) ────────────────▶ build the envs
@@ -22,7 +22,7 @@ Synchronous step (nothing pickled unless an env returned an info or ended)::
       (spin, then block in slices that check        [StepInfo, ...] or an ErrorReport
        every worker is alive), read the rows
 
-Rare calls (reset, get_attr, env_method, render, ...; :mod:`shmvec.requests`)::
+Rare calls (reset, get_attr, env_method, render, ...; :mod:`shmvec.engine.rare_calls`)::
 
     requests.send: ctrl[k].post = (seq, MESSAGE),
       post cmd[k], pipe: Reset | RunOps ─────────▶ run it on the named envs
@@ -32,7 +32,7 @@ Every command carries the number of its post on ``cmd[k]`` (its seq) in the same
 (``ctrl[k].post``, one store): a worker that reads the word before taking that post takes
 posts until it has, and runs the sends in its inbox before any other command.
 
-Async batches (``send``/``recv``, :mod:`shmvec.batches`; an async reset is a rare call
+Async batches (``send``/``recv``, :mod:`shmvec.engine.async_schedule`; an async reset is a rare call
 whose envs :meth:`recv` then returns)::
 
     batches.send(env_ids): write their action rows;
@@ -63,25 +63,25 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from shmvec import layout as lay
-from shmvec import pickled
-from shmvec.action_rows import ActionRows
-from shmvec.autoconfig import describe_plan, plan_pool
-from shmvec.batches import AsyncSchedule
+from shmvec.ipc import layout as lay
+from shmvec.ipc import pickled
+from shmvec.ipc.action_rows import ActionRows
+from shmvec.engine.plan import describe_plan, plan_pool
+from shmvec.engine.async_schedule import AsyncSchedule
 from shmvec.errors import NoPendingCallError, ShmVecError, StepTimeoutError
-from shmvec.failures import Breakable, main_shard_error, ranges, remote_error, unguarded_main_error
-from shmvec.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink, mp_context
+from shmvec.engine.failures import Breakable, main_shard_error, ranges, remote_error, unguarded_main_error
+from shmvec.engine.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink, mp_context
 from shmvec.options import PoolOptions
-from shmvec.protocol import Attach, Command, ErrorReport, Hello, NextWait, Reset, RunOps, StepInfo
-from shmvec.requests import Requests
-from shmvec.resources import PoolResources, finalize_unclosed
-from shmvec.obs_buffers import ObsBuffers
-from shmvec.omp_spin import ShortSpin, short_spin_for_pool
-from shmvec.restart import Restarter, RestartNeeded
-from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
-from shmvec.shm import OwnedArena
-from shmvec.sync import Signal
-from shmvec.validation import check_env_fns, check_not_bootstrapping, check_same_spaces
+from shmvec.ipc.protocol import Attach, Command, ErrorReport, Hello, NextWait, Reset, RunOps, StepInfo
+from shmvec.engine.rare_calls import Requests
+from shmvec.engine.resources import PoolResources, finalize_unclosed
+from shmvec.ipc.obs_buffers import ObsBuffers
+from shmvec.engine.omp_spin import ShortSpin, short_spin_for_pool
+from shmvec.engine.restart import Restarter, RestartNeeded
+from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
+from shmvec.ipc.arena import OwnedArena
+from shmvec.ipc.signals import Signal
+from shmvec.engine.validation import check_env_fns, check_not_bootstrapping, check_same_spaces
 
 # With a timeout set, start-up gets at least this long: spawned workers import modules first.
 START_TIMEOUT = 30.0
@@ -266,7 +266,7 @@ class ShmPool(ObsBuffers, Breakable):
 
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         """``env_i.reset(**kwargs[i])`` for each named env; observations land in the arena
-        (pickled leaves in :attr:`pickled.obs <shmvec.pickled.PickledLeaves.obs>`). Returns their infos."""
+        (pickled leaves in :attr:`pickled.obs <shmvec.ipc.pickled.PickledLeaves.obs>`). Returns their infos."""
         self._turn_for_reset(kwargs)
         self.requests.send(Reset(kwargs))
         return self.requests.wait()
@@ -349,7 +349,7 @@ class ShmPool(ObsBuffers, Breakable):
 
     def _on_death(self, link: WorkerLink) -> NoReturn:
         """Raise what ``link``'s death means: its last error, the unguarded main script,
-        :class:`~shmvec.restart.RestartNeeded` (restart mode), or WorkerDiedError."""
+        :class:`~shmvec.engine.restart.RestartNeeded` (restart mode), or WorkerDiedError."""
         report = link.last_words()
         if report is not None:
             raise remote_error(report)

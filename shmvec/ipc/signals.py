@@ -24,7 +24,7 @@ second of waits that kept spinning.
 
 One wait can be told how long to spin (``wait(timeout, spin=...)``), learning nothing:
 a worker's wait for its next step, which the main process predicts with each step
-(:class:`~shmvec.protocol.NextWait`: spin through a tight caller loop, block while the
+(:class:`~shmvec.ipc.protocol.NextWait`: spin through a tight caller loop, block while the
 caller's policy computes, as a spinner would take a core from it).
 
 The owner (main process) creates and unlinks every semaphore and registers it with
@@ -39,7 +39,7 @@ from multiprocessing import resource_tracker
 
 import posix_ipc
 
-from shmvec.leftovers import unique_name
+from shmvec.ipc.leftovers import unique_name
 
 _perf_counter = time.perf_counter
 _sched_yield = os.sched_yield
@@ -52,7 +52,7 @@ HIT_WEIGHT = 0.25  # weight of the newest wait in the moving average of hits
 class Signal:
     """One named semaphore, initially 0. ``post()`` adds one post: it is the semaphore's own
     C method, so no Python code runs between a caller's last store and the post (see
-    :meth:`shmvec.link.WorkerLink.post`).
+    :meth:`shmvec.engine.link.WorkerLink.post`).
 
     Args:
         max_spin: upper bound, in seconds, of the adaptive spin before blocking;

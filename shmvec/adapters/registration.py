@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 
 from shmvec.options import PoolOptions
-from shmvec.vector import ShmVectorEnv, make_vec
+from shmvec.adapters.vector import ShmVectorEnv, make_vec
 
 __all__ = ["NAMESPACE", "VECTOR_OPTIONS", "ShmVectorEntryPoint", "register", "twin_id"]
 

@@ -47,7 +47,7 @@ ENV_STATUS = "env_status"  # a protocol.Status per env: whether its info or erro
 
 # Actions: a row per env and leaf wide enough for any real dtype a caller may give (numpy's
 # long double the widest), and the code of the dtype each row holds, plus one per leaf for
-# all rows at once (shmvec.action_rows).
+# all rows at once (shmvec.ipc.action_rows).
 ACTION_ITEMSIZE = max(8, np.dtype(np.longdouble).itemsize)
 ACTION_CODE = "action_code"
 
@@ -192,7 +192,7 @@ class ArenaLayout:
         needs no pickling: ``FINAL_OBS`` holds it and ``FINAL_FLAG[i]`` says it is there.
         ``obs_buffers=2`` gives every observation leaf a second buffer, so that a step can
         write one while the caller still reads the other (see :meth:`obs_views`). An action
-        leaf gets byte rows that :class:`~shmvec.action_rows.ActionRows` sees in the dtype
+        leaf gets byte rows that :class:`~shmvec.ipc.action_rows.ActionRows` sees in the dtype
         each caller gave. Pickled leaves get no buffer."""
         obs_leaves, pickled_obs_leaves = _split_pickled(flatten_space(observation_space))
         action_leaves, pickled_action_leaves = _split_pickled(flatten_space(action_space))

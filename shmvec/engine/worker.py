@@ -5,7 +5,7 @@ arena in place; only non-empty infos, episode ends and rare requests go through 
 pipe. Every exception is caught and reported with its traceback; the worker then
 waits for the next command, so one failing env does not take the pool down. The worker
 reads what the main process wrote only once it has taken the post that published it,
-and publishes what it writes by a post (:mod:`shmvec.protocol`).
+and publishes what it writes by a post (:mod:`shmvec.ipc.protocol`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from shmvec import layout as lay
-from shmvec.protocol import (
+from shmvec.ipc import layout as lay
+from shmvec.ipc.protocol import (
     POST_SPAN,
     SENT_SHIFT,
     SENT_SPAN,
@@ -40,9 +40,9 @@ from shmvec.protocol import (
     Status,
     StepInfo,
 )
-from shmvec.shard import EnvFailed, Shard, build_envs, describe_envs
-from shmvec.shm import attach
-from shmvec.sync import MAX_SPIN, Signal
+from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs
+from shmvec.ipc.arena import attach
+from shmvec.ipc.signals import MAX_SPIN, Signal
 
 THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
@@ -114,7 +114,7 @@ def worker_main(
     n_threads: int | None,
     main_pid: int,
 ) -> None:
-    """Entry point of a worker process (see :mod:`shmvec.pool` for the data flow)."""
+    """Entry point of a worker process (see :mod:`shmvec.engine.pool` for the data flow)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     limit_threads(n_threads)
     parent_alive = _parent_watch(main_pid)

@@ -8,18 +8,18 @@ from typing import Any
 import gymnasium as gym
 
 from shmvec.options import PoolOptions
-from shmvec.pool import ShmPool
+from shmvec.engine.pool import ShmPool
 
 
 def make_pool(env_fns: Sequence[Callable[[], gym.Env]], options: PoolOptions | None = None, **engine_kwargs: Any) -> Any:
-    """The engine ``options.backend`` names: :class:`~shmvec.pool.ShmPool` (``"local"``) or
-    :class:`~shmvec.ray_backend.RayPool` (``"ray"``, imported only then), with the same interface.
+    """The engine ``options.backend`` names: :class:`~shmvec.engine.pool.ShmPool` (``"local"``) or
+    :class:`~shmvec.backends.ray.RayPool` (``"ray"``, imported only then), with the same interface.
 
     ``engine_kwargs`` (autoreset_mode, env_wrapper, obs_space_match) go to the engine as given.
     """
     options = options or PoolOptions()
     if options.backend == "ray":
-        from shmvec.ray_backend import RayPool  # Ray is an optional extra: import it only when asked
+        from shmvec.backends.ray import RayPool  # Ray is an optional extra: import it only when asked
 
         return RayPool(env_fns, options, **engine_kwargs)
     return ShmPool(env_fns, options, **engine_kwargs)

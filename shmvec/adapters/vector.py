@@ -1,6 +1,6 @@
 """``ShmVectorEnv``: the shared-memory pool as a Gymnasium ``VectorEnv``.
 
-The engine (:class:`~shmvec.pool.ShmPool`) steps the envs and auto-resets them inside
+The engine (:class:`~shmvec.engine.pool.ShmPool`) steps the envs and auto-resets them inside
 the workers in the requested :class:`~gymnasium.vector.AutoresetMode`; this adapter only
 checks and writes actions, wraps the shared observation buffers in the structure
 Gymnasium's ``concatenate`` returns, and turns the rare per-env infos into Gymnasium's
@@ -26,8 +26,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from shmvec import layout as lay
-from shmvec import ops
+from shmvec.ipc import layout as lay
+from shmvec.engine import ops
 from shmvec.errors import (
     AlreadyPendingError,
     ClosedEnvError,
@@ -40,12 +40,12 @@ from shmvec.errors import (
     UnbatchedActionError,
     WorkerDiedError,
 )
-from shmvec.autoconfig import pool_description
+from shmvec.engine.plan import pool_description
 from shmvec.options import PoolOptions, options_doc
 from shmvec.backends import make_pool
-from shmvec.protocol import Reset, RunOps
-from shmvec.validation import checked_column, seconds
-from shmvec.vector_batches import AsyncBatches, add_record_infos
+from shmvec.ipc.protocol import Reset, RunOps
+from shmvec.engine.validation import checked_column, seconds
+from shmvec.adapters.async_batches import AsyncBatches, add_record_infos
 
 __all__ = ["ShmVectorEnv", "make_vec"]
 
@@ -109,7 +109,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
 
     Each env gets its action as ``SyncVectorEnv`` passes it: a row of the caller's array in
     the caller's dtype (float64 actions for a float32 space stay float64), or the caller's
-    Python number or list (see :mod:`shmvec.action_rows`).
+    Python number or list (see :mod:`shmvec.ipc.action_rows`).
 
     Any space works. Box, Discrete, MultiDiscrete and MultiBinary leaves (nested in Dict
     and Tuple too) live in shared memory; leaves with no fixed size (Graph, Sequence,

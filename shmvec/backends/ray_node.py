@@ -1,16 +1,16 @@
 """The node side of the Ray backend: what runs on each node, and what it sends back to the driver.
 
-On each node one Ray actor (:class:`NodeShard`) runs a local :class:`~shmvec.pool.ShmPool`
+On each node one Ray actor (:class:`NodeShard`) runs a local :class:`~shmvec.engine.pool.ShmPool`
 over its contiguous shard of the envs, so shared memory and semaphores stay on that node.
 Its pool numbers the envs from 0; the actor turns the driver's global env indices into
 local ones and back, in its answers and in the messages of the errors it reports.
 
 Its calls (but ``close``) answer with a message, never with an exception: :class:`Rows`
 (the node's rows of obs, rewards and flags, its records, a request's replies), an
-:class:`~shmvec.protocol.ErrorReport`, or :class:`Reborn` after Ray re-created the actor.
+:class:`~shmvec.ipc.protocol.ErrorReport`, or :class:`Reborn` after Ray re-created the actor.
 :class:`NodeInfo` describes the node once it has built its envs. :func:`unlink_leftovers`
 runs on a node as a small Ray task after its actor died. The driver side is
-:mod:`shmvec.ray_backend`.
+:mod:`shmvec.backends.ray`.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
 
-from shmvec.action_rows import TakenRows
+from shmvec.ipc.action_rows import TakenRows
 from shmvec.errors import ShmVecError
 from shmvec.options import PoolOptions
-from shmvec.pool import ShmPool
-from shmvec.protocol import ErrorReport, Reset, RunOps, StepInfo
+from shmvec.engine.pool import ShmPool
+from shmvec.ipc.protocol import ErrorReport, Reset, RunOps, StepInfo
 
 
 class Reborn(NamedTuple):

@@ -23,7 +23,7 @@ DummyVecEnv, instead of staying in-process.
 
 The model is that of a training loop, the loop users run: the caller computes (a
 policy's forward pass) between steps, the workers block meanwhile rather than take its
-cores (:class:`~shmvec.protocol.NextWait`), so every step with workers starts with a
+cores (:class:`~shmvec.ipc.protocol.NextWait`), so every step with workers starts with a
 wake-up (:data:`T_SYNC_BLOCK`) on its critical path. A few light envs then stay in the
 main process: 8 CartPole envs with a policy between steps ran at 0.79x SyncVectorEnv in
 the main process and one worker, a wake-up costing more than the envs' whole step. In a
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shmvec.sync import MAX_SPIN
+from shmvec.ipc.signals import MAX_SPIN
 
 logger = logging.getLogger("shmvec")
 
@@ -92,9 +92,9 @@ class Plan:
         main_spin: bound of the main process's adaptive spin while it waits for the workers.
         reason: why, in a few words (shown by ``repr`` and logged).
         t_env: the measured seconds per env step, if it was measured.
-        tight_loop_spin: whether workers spin (up to :data:`~shmvec.sync.MAX_SPIN`) for
+        tight_loop_spin: whether workers spin (up to :data:`~shmvec.ipc.signals.MAX_SPIN`) for
             their next step while the caller steps in a tight loop (see
-            :class:`~shmvec.protocol.NextWait`); otherwise they spin within ``worker_spin``.
+            :class:`~shmvec.ipc.protocol.NextWait`); otherwise they spin within ``worker_spin``.
     """
 
     n_workers: int
@@ -133,7 +133,7 @@ def usable_cores() -> int:
 
 
 def shard_sizes(num_envs: int, n_workers: int, main_shard: bool) -> tuple[int, int]:
-    """(largest shard, main shard size) as :func:`shmvec.layout.shard_bounds` splits them."""
+    """(largest shard, main shard size) as :func:`shmvec.ipc.layout.shard_bounds` splits them."""
     lanes = n_workers + main_shard
     largest = math.ceil(num_envs / lanes)
     main = num_envs // lanes if main_shard else 0  # the main shard is the last, a smaller one if uneven
@@ -214,7 +214,7 @@ def explicit(num_envs: int, cores: int, n_workers: int, main_shard: bool, max_sp
 
 
 def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason, scale=1.0) -> Plan:
-    """Add the wait policy: how long each side may spin (adaptively, see :mod:`shmvec.sync`).
+    """Add the wait policy: how long each side may spin (adaptively, see :mod:`shmvec.ipc.signals`).
 
     When the lanes (workers, plus the main process if it steps a shard) fit the cores,
     every busy process has a core: while the workers step, a main process with no shard
@@ -225,10 +225,10 @@ def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason,
       ``max_spin``, after which it blocks), and for its limit when the env was not timed
       (the adaptive spin then turns itself off if most waits outlast it). A wake-up from
       a blocked wait costs ~80 µs on a 2-core VM, a spinning one ~15 µs. The limit is
-      :data:`~shmvec.sync.MAX_SPIN`, or :data:`SHARED_CORE_SPIN` when the main process
+      :data:`~shmvec.ipc.signals.MAX_SPIN`, or :data:`SHARED_CORE_SPIN` when the main process
       has no shard and the workers fill every core (it then shares a core with one);
     - a worker waits for its next step as the main process says with each step
-      (``tight_loop_spin``, :class:`~shmvec.protocol.NextWait`): spinning while the caller
+      (``tight_loop_spin``, :class:`~shmvec.ipc.protocol.NextWait`): spinning while the caller
       steps in a tight loop, blocking at once while it computes between steps (a policy,
       which a spinner would slow down: SB3 PPO on CartPole N=16 with two workers ran at
       0.57-0.66x DummyVecEnv with workers spinning 200 µs per step, 0.87-0.90x blocking);

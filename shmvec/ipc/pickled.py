@@ -1,9 +1,9 @@
 """Leaves with no fixed size (Graph, Sequence, Text, OneOf, custom spaces), main side.
 
 They have no shared buffer: a worker sends their observation values with its reply (a
-:class:`~shmvec.protocol.StepInfo` per env for a step, a
-:class:`~shmvec.protocol.ResetResult` per env for a reset), and their actions follow each
-STEP command on the pipe as a :class:`~shmvec.protocol.PickledActions`. A pool whose
+:class:`~shmvec.ipc.protocol.StepInfo` per env for a step, a
+:class:`~shmvec.ipc.protocol.ResetResult` per env for a reset), and their actions follow each
+STEP command on the pipe as a :class:`~shmvec.ipc.protocol.PickledActions`. A pool whose
 spaces have no such leaf pays nothing here: every method returns at once.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 
 import cloudpickle
 
-from shmvec import layout as lay
+from shmvec.ipc import layout as lay
 from shmvec.errors import InvalidActionError
-from shmvec.protocol import PickledActions, ResetResult, StepInfo
+from shmvec.ipc.protocol import PickledActions, ResetResult, StepInfo
 
 
 class PickledLeaves:

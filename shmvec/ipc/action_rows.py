@@ -6,7 +6,7 @@ caller's dtype, whatever the space's dtype), or the caller's own Python number o
 An env may depend on that (``time.sleep`` takes a ``numpy.float64`` but refuses a
 ``numpy.float32``; MuJoCo integrates float64 controls differently from their float32
 roundings). So an action leaf's row holds any real dtype: it is
-:data:`~shmvec.layout.ACTION_ITEMSIZE` bytes per element, and a code per leaf and env
+:data:`~shmvec.ipc.layout.ACTION_ITEMSIZE` bytes per element, and a code per leaf and env
 (the ``ACTION_CODE`` field) says which dtype the row holds and whether the env gets it as
 numpy values or, through ``tolist()``, as Python ones. One more code per leaf, after the
 envs', is the code of every row when one write gave all rows the same (:data:`MIXED`
@@ -19,7 +19,7 @@ floats arrives as floats, a tuple as a list (numpy keeps neither apart).
 
 Example:
     >>> from gymnasium import spaces
-    >>> from shmvec import layout as lay
+    >>> from shmvec.ipc import layout as lay
     >>> layout = lay.ArenaLayout.plan(spaces.Discrete(2), spaces.Box(0, 1, (), np.float32), 3, 1)
     >>> rows = ActionRows(layout, layout.views(bytearray(layout.nbytes)))
     >>> actions = [0.5, np.float64(0.25), np.float32(1.0)]
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from shmvec import layout as lay
+from shmvec.ipc import layout as lay
 
 # Every real dtype a caller may give, by dtype.char: int64 and longlong are both here
 # since numpy keeps their scalar types apart.
@@ -104,7 +104,7 @@ class ActionRows:
         Args:
             path: the leaf's path.
             values: the leaf's actions as the caller gave them, one per env of ``rows``.
-            column: ``np.asarray(values)``, checked (:func:`~shmvec.validation.checked_column`).
+            column: ``np.asarray(values)``, checked (:func:`~shmvec.engine.validation.checked_column`).
             rows: a slice or an array of env indices.
         """
         k = self._index[path]

@@ -11,12 +11,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from shmvec import layout as lay
-from shmvec import ops
-from shmvec.autoconfig import pool_description
+from shmvec.ipc import layout as lay
+from shmvec.engine import ops
+from shmvec.engine.plan import pool_description
 from shmvec.options import PoolOptions, options_doc
 from shmvec.backends import make_pool
-from shmvec.validation import checked_column, split_actions
+from shmvec.engine.validation import checked_column, split_actions
 
 try:
     from stable_baselines3.common.vec_env.base_vec_env import (
@@ -76,7 +76,7 @@ class ShmPoolVecEnv(VecEnv):
     tuples, as ``DummyVecEnv`` does; each env gets a dict (tuple) of its leaves' values, in
     the space's order. Each value reaches the env as ``DummyVecEnv`` passes it: the
     caller's numpy scalar or array in the caller's dtype (float64 actions for a float32
-    space stay float64), or the caller's Python number or list (see :mod:`shmvec.action_rows`).
+    space stay float64), or the caller's Python number or list (see :mod:`shmvec.ipc.action_rows`).
     Returned observations are copies, unless ``copy=False`` (see Args).
     """
 

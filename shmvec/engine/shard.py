@@ -5,9 +5,9 @@ the main process, so both execute exactly the same stepping and auto-reset logic
 
 Leaves with no fixed size (``layout.Leaf.pickled``) have no shared buffer: their values
 are kept per command in :attr:`Shard.pickled_out` and go back with the reply (a
-:class:`~shmvec.protocol.StepInfo` per env for a step, a
-:class:`~shmvec.protocol.ResetResult` per env for a reset); their actions come in a
-:class:`~shmvec.protocol.PickledActions`.
+:class:`~shmvec.ipc.protocol.StepInfo` per env for a step, a
+:class:`~shmvec.ipc.protocol.ResetResult` per env for a reset); their actions come in a
+:class:`~shmvec.ipc.protocol.PickledActions`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from shmvec import layout as lay
-from shmvec.action_rows import ActionRows
-from shmvec.protocol import Hello, PickledActions, Reset, ResetResult, RunOps, StepInfo
+from shmvec.ipc import layout as lay
+from shmvec.ipc.action_rows import ActionRows
+from shmvec.ipc.protocol import Hello, PickledActions, Reset, ResetResult, RunOps, StepInfo
 
 
 class Shard:

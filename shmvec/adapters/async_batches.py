@@ -1,6 +1,6 @@
 """EnvPool-style async batches for :class:`~shmvec.ShmVectorEnv`: ``async_reset``, ``send``, ``recv``.
 
-The engine side is :mod:`shmvec.batches`; this mixin only checks and writes actions and
+The engine side is :mod:`shmvec.engine.async_schedule`; this mixin only checks and writes actions and
 turns a batch of rows into Gymnasium's return values.
 """
 
@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from shmvec import layout as lay
+from shmvec.ipc import layout as lay
 from shmvec.errors import InvalidActionError, NoPendingCallError, ResetNeededError
-from shmvec.protocol import StepInfo
-from shmvec.validation import checked_column, seconds
+from shmvec.ipc.protocol import StepInfo
+from shmvec.engine.validation import checked_column, seconds
 
 
 def add_record_infos(infos: dict[str, Any], add_info: Callable, rows: Iterable[tuple[int, StepInfo]]) -> dict[str, Any]:

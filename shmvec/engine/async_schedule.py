@@ -7,7 +7,7 @@ them one by one and publishes each in its outbox with a timestamp, by a post on 
 ``finished`` signal. ``recv`` moves what the outboxes published into the FIFO, oldest
 first across workers, and returns the first M: no env starves, and batches need not align
 with shards. Envs of the main shard are stepped at ``send`` and queued at once. See
-:mod:`shmvec.pool` for the data flow and :mod:`shmvec.protocol` for what publishes what.
+:mod:`shmvec.engine.pool` for the data flow and :mod:`shmvec.ipc.protocol` for what publishes what.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from shmvec import layout as lay
+from shmvec.ipc import layout as lay
 from shmvec.errors import AlreadyPendingError, NoPendingCallError, StepStateError, StepTimeoutError
-from shmvec.failures import main_shard_error, ranges, remote_error
-from shmvec.link import LIVENESS_INTERVAL, WorkerLink
-from shmvec.protocol import ErrorReport, Reset, StepInfo
-from shmvec.restart import RestartNeeded
-from shmvec.shard import EnvFailed, with_shm_finals
+from shmvec.engine.failures import main_shard_error, ranges, remote_error
+from shmvec.engine.link import LIVENESS_INTERVAL, WorkerLink
+from shmvec.ipc.protocol import ErrorReport, Reset, StepInfo
+from shmvec.engine.restart import RestartNeeded
+from shmvec.engine.shard import EnvFailed, with_shm_finals
 
 if TYPE_CHECKING:
-    from shmvec.pool import ShmPool
+    from shmvec.engine.pool import ShmPool
 
 HELD, IN_FLIGHT, QUEUED = 0, 1, 2
 _count_nonzero = np.count_nonzero

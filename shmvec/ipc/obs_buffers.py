@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from shmvec import layout as lay
+from shmvec.ipc import layout as lay
 
 
 class ObsBuffers:

@@ -1,9 +1,9 @@
 """Shards on Ray nodes: :class:`RayPool`, the engine's interface over one local pool per node.
 
 The envs are split into contiguous shards, one per node. On each node one Ray actor
-(:class:`~shmvec.ray_node.NodeShard`) runs a local :class:`~shmvec.pool.ShmPool` over its
+(:class:`~shmvec.backends.ray_node.NodeShard`) runs a local :class:`~shmvec.engine.pool.ShmPool` over its
 shard, so shared memory and semaphores stay on that node. This module is the driver's
-side; the node's (the actor, and the messages it sends back) is :mod:`shmvec.ray_node`.
+side; the node's (the actor, and the messages it sends back) is :mod:`shmvec.backends.ray_node`.
 The driver keeps plain numpy arrays with the local pool's names and shapes
 (``obs_leaves``, ``rewards``, ...) and fills them from the nodes' answers: the adapters
 cannot tell the two engines apart. Env indices are global on the driver and in every
@@ -56,9 +56,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
 
-from shmvec import layout as lay
-from shmvec.action_rows import ActionRows
-from shmvec.batches import HELD, IN_FLIGHT, QUEUED, check_available, check_held
+from shmvec.ipc import layout as lay
+from shmvec.ipc.action_rows import ActionRows
+from shmvec.engine.async_schedule import HELD, IN_FLIGHT, QUEUED, check_available, check_held
 from shmvec.errors import (
     AlreadyPendingError,
     NoPendingCallError,
@@ -67,14 +67,14 @@ from shmvec.errors import (
     StepTimeoutError,
     WorkerDiedError,
 )
-from shmvec.failures import Breakable, ranges
-from shmvec.obs_buffers import ObsBuffers
+from shmvec.engine.failures import Breakable, ranges
+from shmvec.ipc.obs_buffers import ObsBuffers
 from shmvec.options import PoolOptions
-from shmvec.pickled import PickledLeaves
-from shmvec.pool import START_TIMEOUT
-from shmvec.protocol import ErrorReport, Reset, RunOps, StepInfo
-from shmvec.ray_node import NodeInfo, NodeShard, Reborn, Rows, unlink_leftovers
-from shmvec.validation import check_env_fns, check_same_spaces
+from shmvec.ipc.pickled import PickledLeaves
+from shmvec.engine.pool import START_TIMEOUT
+from shmvec.ipc.protocol import ErrorReport, Reset, RunOps, StepInfo
+from shmvec.backends.ray_node import NodeInfo, NodeShard, Reborn, Rows, unlink_leftovers
+from shmvec.engine.validation import check_env_fns, check_same_spaces
 
 # A node's own pool times out first (it gets the same timeout); the driver waits this much
 # longer for that node to say so, before blaming the node actor itself.
@@ -132,13 +132,13 @@ def _finalize_unclosed(res: NodeResources) -> None:
 
 
 class RayPool(ObsBuffers, Breakable):
-    """The engine's interface (see :class:`~shmvec.pool.ShmPool`) over one local pool per Ray node.
+    """The engine's interface (see :class:`~shmvec.engine.pool.ShmPool`) over one local pool per Ray node.
 
     Args:
         env_fns: callables that each build a new env; they are pickled to the nodes.
         options: :class:`~shmvec.options.PoolOptions` with ``backend="ray"``; ``n_workers``
             is per node.
-        autoreset_mode, env_wrapper, obs_space_match, obs_buffers: as :class:`~shmvec.pool.ShmPool`'s
+        autoreset_mode, env_wrapper, obs_space_match, obs_buffers: as :class:`~shmvec.engine.pool.ShmPool`'s
             (the double buffers are the driver's: the nodes' pools copy into Ray's object store).
     """
 
@@ -426,7 +426,7 @@ class RayPool(ObsBuffers, Breakable):
 
 
 class RayRequests:
-    """The one rare call a Ray pool may have pending (``send``/``wait``, as :class:`~shmvec.requests.Requests`)."""
+    """The one rare call a Ray pool may have pending (``send``/``wait``, as :class:`~shmvec.engine.rare_calls.Requests`)."""
 
     def __init__(self, pool: RayPool):
         self.pool = weakref.proxy(pool)

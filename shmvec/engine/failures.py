@@ -7,8 +7,8 @@ import signal
 from typing import Any, NoReturn
 
 from shmvec.errors import AlreadyPendingError, ClosedEnvError, MainModuleError, RemoteTraceback, WorkerDiedError
-from shmvec.protocol import ErrorReport
-from shmvec.shard import EnvFailed
+from shmvec.ipc.protocol import ErrorReport
+from shmvec.engine.shard import EnvFailed
 
 CLOSE_HINT = "; close() the env and create a new one"
 

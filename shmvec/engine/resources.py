@@ -1,7 +1,7 @@
 """The OS resources of one pool, and their release: on close(), at GC, at exit.
 
 Before a pool takes any, it removes what pools of processes that no longer exist left
-in ``/dev/shm`` (:func:`~shmvec.leftovers.reclaim`): a process group SIGKILLed as a
+in ``/dev/shm`` (:func:`~shmvec.ipc.leftovers.reclaim`): a process group SIGKILLed as a
 whole takes the resource tracker with it, and nothing else would unlink those entries.
 """
 
@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
-from shmvec.leftovers import reclaim
-from shmvec.omp_spin import ShortSpin
-from shmvec.shm import OwnedArena
-from shmvec.sync import Signal
+from shmvec.ipc.leftovers import reclaim
+from shmvec.engine.omp_spin import ShortSpin
+from shmvec.ipc.arena import OwnedArena
+from shmvec.ipc.signals import Signal
 
 if TYPE_CHECKING:
-    from shmvec.link import WorkerLink
+    from shmvec.engine.link import WorkerLink
 
 CLOSE_TIMEOUT = 3.0  # seconds close() gives workers to exit before terminating them
 

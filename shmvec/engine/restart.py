@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium.vector import AutoresetMode
 
-from shmvec import layout as lay
+from shmvec.ipc import layout as lay
 from shmvec.errors import SpaceMismatchError
-from shmvec.failures import describe_exit, remote_error
-from shmvec.link import IDLE, WorkerLink, mp_context
-from shmvec.protocol import ErrorReport, StepInfo
+from shmvec.engine.failures import describe_exit, remote_error
+from shmvec.engine.link import IDLE, WorkerLink, mp_context
+from shmvec.ipc.protocol import ErrorReport, StepInfo
 
 if TYPE_CHECKING:
-    from shmvec.pool import ShmPool
+    from shmvec.engine.pool import ShmPool
 
 
 class Restarter:

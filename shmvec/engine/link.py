@@ -5,7 +5,7 @@ A link owns the worker's process, its pipe and its three signals (``cmd``: main 
 send), knows the worker's env range and remembers what the worker still owes, so that an
 interrupted wait (Ctrl-C, a timeout) never lets a late answer be taken for the next
 command's. The pool holds one link per worker. What each signal publishes:
-:mod:`shmvec.protocol`.
+:mod:`shmvec.ipc.protocol`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from shmvec import layout as lay
-from shmvec.failures import describe_exit
-from shmvec.protocol import Command, ErrorReport, SendReply, Status, post_word
-from shmvec.sync import Signal
-from shmvec.worker import worker_main
+from shmvec.ipc import layout as lay
+from shmvec.engine.failures import describe_exit
+from shmvec.ipc.protocol import Command, ErrorReport, SendReply, Status, post_word
+from shmvec.ipc.signals import Signal
+from shmvec.engine.worker import worker_main
 
 LIVENESS_INTERVAL = 0.1  # seconds between checks that every worker is still alive while waiting
 # What the main process still expects from a worker.
@@ -102,7 +102,7 @@ class WorkerLink:
     def recv(self, timeout: float, send_reply: bool = False) -> Any:
         """One message from the worker, or :data:`NOTHING` if none came within ``timeout``.
 
-        ``send_reply``: the next :class:`~shmvec.protocol.SendReply` (an async send's), else
+        ``send_reply``: the next :class:`~shmvec.ipc.protocol.SendReply` (an async send's), else
         the next other message. A SendReply read while waiting for another reply is kept,
         in order, for a later ``recv(send_reply=True)``.
 
@@ -205,5 +205,5 @@ def _preload_in_forkserver(ctx: Any) -> None:
     from multiprocessing import forkserver
 
     preload = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
-    if "shmvec.worker" not in preload:
-        ctx.set_forkserver_preload([*preload, "shmvec.worker"])
+    if "shmvec.engine.worker" not in preload:
+        ctx.set_forkserver_preload([*preload, "shmvec.engine.worker"])
