@@ -70,7 +70,7 @@ class AsyncBatches:
         if options is not None and "reset_mask" in options:  # only those envs, as reset() does
             options = dict(options)
             targets = np.flatnonzero(self._check_reset_mask(options.pop("reset_mask"))).tolist()
-        self._pool.batches.reset({i: {"seed": seeds[i], "options": options} for i in targets})
+        self._pool.send_reset({i: {"seed": seeds[i], "options": options} for i in targets})
         self._needs_reset[targets] = False
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
@@ -89,11 +89,11 @@ class AsyncBatches:
                 f"autoreset_mode is DISABLED and the episodes of envs {env_ids[self._needs_reset[env_ids]].tolist()} "
                 "ended: reset them with async_reset(options={'reset_mask': mask}) or reset() first"
             )
-        self._pool.batches.check_can_send(env_ids)
+        self._pool.check_can_send(env_ids)
         write = self._pool.actions.write
         for path, part, column in columns:
             write(path, part, column, env_ids)
-        self._pool.batches.send(env_ids)
+        self._pool.send(env_ids)
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The results of the first ``batch_size`` envs to finish, first finished first.
@@ -104,7 +104,7 @@ class AsyncBatches:
         """
         self._check_open()
         pool = self._pool
-        env_ids, records = pool.batches.recv(self.batch_size, seconds(timeout))
+        env_ids, records = pool.recv(self.batch_size, seconds(timeout))
         self._last_env_ids = env_ids
         terminated, truncated = pool.terminated[env_ids], pool.truncated[env_ids]  # copies
         if self.autoreset_mode == AutoresetMode.DISABLED:
@@ -148,6 +148,6 @@ class AsyncBatches:
         if self._flat_obs is not None:
             return self._flat_obs[env_ids]
         leaves: dict[tuple, Any] = {path: view[env_ids] for path, view in self._obs_leaves.items()}
-        for path, column in self._pool.pickled.obs.items():  # no fixed size: a tuple, as `concatenate` makes
+        for path, column in self._pool.pickled_obs.items():  # no fixed size: a tuple, as `concatenate` makes
             leaves[path] = copy.deepcopy(tuple(column[i] for i in env_ids.tolist()))
         return lay.unflatten(self.single_observation_space, leaves)

@@ -13,9 +13,9 @@ from gymnasium.vector import AutoresetMode
 
 from shmvec.ipc import layout as lay
 from shmvec.engine import ops
-from shmvec.engine.plan import pool_description
 from shmvec.options import PoolOptions, options_doc
 from shmvec.backends import make_pool
+from shmvec.engine.interface import Engine
 from shmvec.engine.validation import checked_column, split_actions
 
 try:
@@ -93,7 +93,7 @@ class ShmPoolVecEnv(VecEnv):
             type(self).__name__, n_workers=n_workers, start_method=start_method, **pool_options
         )
         self.copy = bool(copy)
-        self._pool = make_pool(
+        self._pool: Engine = make_pool(
             env_fns,
             options,
             autoreset_mode=AutoresetMode.SAME_STEP,
@@ -259,7 +259,7 @@ class ShmPoolVecEnv(VecEnv):
 
     def __repr__(self) -> str:
         """``ShmPoolVecEnv(num_envs=N, n_workers=K, main_shard=..., why='...')``: how the envs run."""
-        return f"{type(self).__name__}(num_envs={self.num_envs}, {pool_description(self._pool)})"
+        return f"{type(self).__name__}(num_envs={self.num_envs}, {self._pool.description()})"
 
     def __enter__(self) -> ShmPoolVecEnv:
         return self

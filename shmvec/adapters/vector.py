@@ -40,9 +40,9 @@ from shmvec.errors import (
     UnbatchedActionError,
     WorkerDiedError,
 )
-from shmvec.engine.plan import pool_description
 from shmvec.options import PoolOptions, options_doc
 from shmvec.backends import make_pool
+from shmvec.engine.interface import Engine
 from shmvec.ipc.protocol import Reset, RunOps
 from shmvec.engine.validation import checked_column, seconds
 from shmvec.adapters.async_batches import AsyncBatches, add_record_infos
@@ -165,7 +165,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         if async_batches and options.n_workers is None and options.main_shard is None:
             options = dataclasses.replace(options, main_shard=False)  # every env steps beside the policy
         try:
-            self._pool = make_pool(env_fns, options, autoreset_mode=self.autoreset_mode, obs_space_match=obs_space_match)
+            self._pool: Engine = make_pool(env_fns, options, autoreset_mode=self.autoreset_mode, obs_space_match=obs_space_match)
         except SpaceMismatchError as exc:
             if exc.space == "observation" and observation_mode == "different":
                 batch_differing_spaces(exc.spaces)  # AsyncVectorEnv fails here first, if it fails
@@ -271,7 +271,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
             options = dict(options)
             mask = self._check_reset_mask(options.pop("reset_mask"))
         targets = range(self.num_envs) if mask is None else np.flatnonzero(mask).tolist()
-        self._pool.requests.send(Reset({i: {"seed": seeds[i], "options": options} for i in targets}))
+        self._pool.call_async(Reset({i: {"seed": seeds[i], "options": options} for i in targets}))
         self._reset_mask = mask
         self._state = AsyncState.WAITING_RESET
 
@@ -288,7 +288,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         """
         self._check_open()
         self._check_pending(AsyncState.WAITING_RESET, "reset_wait", "reset_async")
-        env_infos = self._finish("reset_wait", self._pool.requests.wait, timeout)
+        env_infos = self._finish("reset_wait", self._pool.call_wait, timeout)
         if self._reset_mask is None:
             self._needs_reset[:] = False
         else:
@@ -369,7 +369,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         self._check_full_batches("step")
         self._check_action_batch(actions)
         columns = [self._action_column(actions, path, view) for path, view in self._action_leaves]
-        pickled = {path: self._pickled_column(actions, path) for path in self._pool.pickled.action_paths}
+        pickled = {path: self._pickled_column(actions, path) for path in self._pool.pickled_action_paths}
         self._pool.ensure_can_step()
         if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset.any():
             raise ResetNeededError(
@@ -388,7 +388,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         Wrong counts, shapes and structures are left to the checks of each leaf, whose
         :class:`~shmvec.errors.InvalidActionError` is the ``ValueError`` AsyncVectorEnv raises there.
         """
-        paths = [path for path, _ in self._action_leaves] + list(self._pool.pickled.action_paths)
+        paths = [path for path, _ in self._action_leaves] + list(self._pool.pickled_action_paths)
         for path in [()] + [path for path in paths if path]:
             try:
                 part = lay.get_path(actions, path)
@@ -460,7 +460,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
             leaves = {path: view.copy() for path, view in self._obs_leaves.items()}
         else:
             leaves = self._obs_leaves
-        pickled = self._pool.pickled.obs
+        pickled = self._pool.pickled_obs
         if pickled:  # leaves with no fixed size: a tuple of one value per env, as `concatenate` makes
             leaves = {**leaves, **{path: tuple(column) for path, column in pickled.items()}}
             if self.copy:  # the pool keeps these objects for the envs that a masked reset leaves alone
@@ -495,7 +495,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         self._check_idle("call_async")
         if name in _RESERVED_CALLS:
             raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
-        self._pool.requests.send(RunOps(dict.fromkeys(range(self.num_envs), ops.CallOrGet(name, args, kwargs))))
+        self._pool.call_async(RunOps(dict.fromkeys(range(self.num_envs), ops.CallOrGet(name, args, kwargs))))
         self._state = AsyncState.WAITING_CALL
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
@@ -510,7 +510,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         """
         self._check_open()
         self._check_pending(AsyncState.WAITING_CALL, "call_wait", "call_async")
-        results = self._finish("call_wait", self._pool.requests.wait, timeout)
+        results = self._finish("call_wait", self._pool.call_wait, timeout)
         return tuple(results[i] for i in range(self.num_envs))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
@@ -628,7 +628,7 @@ class ShmVectorEnv(AsyncBatches, VectorEnv):
         """Gymnasium's ``ShmVectorEnv(id, num_envs=N)`` plus how the envs run, e.g.
         ``ShmVectorEnv(num_envs=4, n_workers=2, main_shard=False, why='n_workers=2 given')``."""
         head = super().__repr__()[:-1]
-        return f"{head}, {pool_description(self._pool)})"
+        return f"{head}, {self._pool.description()})"
 
     def __enter__(self) -> ShmVectorEnv:
         return self

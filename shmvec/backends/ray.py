@@ -67,8 +67,8 @@ from shmvec.errors import (
     StepTimeoutError,
     WorkerDiedError,
 )
-from shmvec.engine.failures import Breakable, ranges
-from shmvec.ipc.obs_buffers import ObsBuffers
+from shmvec.engine.failures import ranges
+from shmvec.engine.interface import EngineBase
 from shmvec.options import PoolOptions
 from shmvec.ipc.pickled import PickledLeaves
 from shmvec.engine.pool import START_TIMEOUT
@@ -131,7 +131,7 @@ def _finalize_unclosed(res: NodeResources) -> None:
     res.shutdown()
 
 
-class RayPool(ObsBuffers, Breakable):
+class RayPool(EngineBase):
     """The engine's interface (see :class:`~shmvec.engine.pool.ShmPool`) over one local pool per Ray node.
 
     Args:

@@ -115,15 +115,6 @@ def describe_plan(plan: Plan) -> str:
     return f"n_workers={plan.n_workers}, main_shard={plan.main_shard}, why={plan.reason!r}"
 
 
-def pool_description(pool) -> str:
-    """:func:`describe_plan` of a pool's plan and what it did to the caller's OpenMP spins;
-    other backends (no plan) show their worker count."""
-    plan = getattr(pool, "plan", None)
-    if plan is None:
-        return f"n_workers={getattr(pool, 'n_workers', None)}"
-    return f"{describe_plan(plan)}, omp_spin={getattr(pool, 'omp_spin', 'unchanged')!r}"
-
-
 def usable_cores() -> int:
     """CPUs this process may run on (affinity), not just the machine's count."""
     try:

@@ -69,13 +69,13 @@ from shmvec.ipc.action_rows import ActionRows
 from shmvec.engine.plan import describe_plan, plan_pool
 from shmvec.engine.async_schedule import AsyncSchedule
 from shmvec.errors import NoPendingCallError, ShmVecError, StepTimeoutError
-from shmvec.engine.failures import Breakable, main_shard_error, ranges, remote_error, unguarded_main_error
+from shmvec.engine.failures import main_shard_error, ranges, remote_error, unguarded_main_error
 from shmvec.engine.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink, mp_context
 from shmvec.options import PoolOptions
 from shmvec.ipc.protocol import Attach, Command, ErrorReport, Hello, NextWait, Reset, RunOps, StepInfo
 from shmvec.engine.rare_calls import Requests
 from shmvec.engine.resources import PoolResources, finalize_unclosed
-from shmvec.ipc.obs_buffers import ObsBuffers
+from shmvec.engine.interface import EngineBase
 from shmvec.engine.omp_spin import ShortSpin, short_spin_for_pool
 from shmvec.engine.restart import Restarter, RestartNeeded
 from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
@@ -93,7 +93,7 @@ _WAIT_OWN, _WAIT_BLOCK, _WAIT_SPIN = int(NextWait.OWN), int(NextWait.BLOCK), int
 _count_nonzero = np.count_nonzero
 
 
-class ShmPool(ObsBuffers, Breakable):
+class ShmPool(EngineBase):
     """Runs ``len(env_fns)`` envs in worker processes, stepping them through shared memory.
 
     This is the engine behind :class:`~shmvec.ShmPoolVecEnv` and
@@ -399,8 +399,11 @@ class ShmPool(ObsBuffers, Breakable):
         self._res.shutdown()  # idempotent, and resumes a close() that Ctrl-C interrupted
         self._finalizer.detach()
 
+    def description(self) -> str:
+        return f"{describe_plan(self.plan)}, omp_spin={self.omp_spin!r}"
+
     def __repr__(self) -> str:
-        return f"ShmPool(num_envs={self.num_envs}, {describe_plan(self.plan)}, omp_spin={self.omp_spin!r})"
+        return f"ShmPool(num_envs={self.num_envs}, {self.description()})"
 
     def __enter__(self) -> ShmPool:
         return self
