@@ -25,7 +25,8 @@ from shmvec.errors import (
 )
 from shmvec.engine.pool import ShmPool
 from shmvec.adapters.registration import register
-from shmvec.adapters.vector import ShmVectorEnv, make_vec
+from shmvec.adapters.vector import ShmVectorEnv
+from shmvec.adapters.registration import make_vec
 
 __version__ = "0.1.0"
 

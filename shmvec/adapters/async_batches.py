@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from shmvec.ipc import layout as lay
+from shmvec.adapters import gym_resets
+from shmvec.engine.validation import seconds
 from shmvec.errors import InvalidActionError, NoPendingCallError, ResetNeededError
+from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import StepInfo
-from shmvec.engine.validation import checked_column, seconds
 
 
 def add_record_infos(infos: dict[str, Any], add_info: Callable, rows: Iterable[tuple[int, StepInfo]]) -> dict[str, Any]:
@@ -65,11 +66,11 @@ class AsyncBatches:
             >>> envs.close()
         """
         self._check_open()
-        seeds = self._seeds(seed)
+        seeds = gym_resets.seeds(seed, self.num_envs)
         targets = list(range(self.num_envs))
         if options is not None and "reset_mask" in options:  # only those envs, as reset() does
             options = dict(options)
-            targets = np.flatnonzero(self._check_reset_mask(options.pop("reset_mask"))).tolist()
+            targets = np.flatnonzero(gym_resets.checked_mask(options.pop("reset_mask"), self.num_envs)).tolist()
         self._pool.send_reset({i: {"seed": seeds[i], "options": options} for i in targets})
         self._needs_reset[targets] = False
 
@@ -83,7 +84,7 @@ class AsyncBatches:
         """
         self._check_open()
         env_ids = self._send_targets(env_ids)
-        columns = [self._batch_column(actions, path, view, env_ids) for path, view in self._action_leaves]
+        columns = self._actions.batch_columns(actions, env_ids)
         if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset[env_ids].any():
             raise ResetNeededError(
                 f"autoreset_mode is DISABLED and the episodes of envs {env_ids[self._needs_reset[env_ids]].tolist()} "
@@ -126,24 +127,6 @@ class AsyncBatches:
             raise IndexError(f"env_ids must be in [0, {self.num_envs}), got {ids.tolist()}")
         return ids.astype(np.int64)
 
-    def _batch_column(
-        self, actions: Any, path: tuple, view: np.ndarray, env_ids: np.ndarray
-    ) -> tuple[tuple, Any, np.ndarray]:
-        """``(path, the leaf's actions as given, those checked as an array of one row per env in env_ids)``."""
-        try:
-            part = lay.get_path(actions, path)
-            shape = np.shape(part)
-        except (KeyError, IndexError, TypeError) as exc:
-            raise InvalidActionError(f"actions do not match the action space: cannot find the part at {path}") from exc
-        except ValueError:  # ragged: checked_column says so
-            shape = (len(part),)
-        where = f" at {path}" if path else ""
-        if not shape or shape[0] != len(env_ids):
-            raise InvalidActionError(
-                f"send() needs one action per env in env_ids ({len(env_ids)}), got actions{where} of shape {shape}"
-            )
-        return path, part, checked_column(part, view[: len(env_ids)], self._leaf_action_spaces[path], f"actions{where}")
-
     def _batch_observations(self, env_ids: np.ndarray) -> Any:
         if self._flat_obs is not None:
             return self._flat_obs[env_ids]
@@ -151,3 +134,12 @@ class AsyncBatches:
         for path, column in self._pool.pickled_obs.items():  # no fixed size: a tuple, as `concatenate` makes
             leaves[path] = copy.deepcopy(tuple(column[i] for i in env_ids.tolist()))
         return lay.unflatten(self.single_observation_space, leaves)
+
+
+def checked_batch_size(batch_size: Any, num_envs: int | None) -> int | None:
+    """``batch_size`` checked against ``num_envs`` (``None``: all envs)."""
+    if batch_size is None:
+        return num_envs
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= (num_envs or batch_size):
+        raise ValueError(f"batch_size must be an int between 1 and num_envs={num_envs}, got {batch_size!r}")
+    return batch_size

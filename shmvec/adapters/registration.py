@@ -17,6 +17,7 @@ to ``gym.make`` of each env.
 
 from __future__ import annotations
 
+import copy as copy_module
 import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
@@ -24,10 +25,10 @@ from typing import Any
 
 import gymnasium as gym
 
+from shmvec.adapters.vector import ShmVectorEnv
 from shmvec.options import PoolOptions
-from shmvec.adapters.vector import ShmVectorEnv, make_vec
 
-__all__ = ["NAMESPACE", "VECTOR_OPTIONS", "ShmVectorEntryPoint", "register", "twin_id"]
+__all__ = ["NAMESPACE", "VECTOR_OPTIONS", "ShmVectorEntryPoint", "make_vec", "register", "twin_id"]
 
 NAMESPACE = "shmvec"
 
@@ -137,3 +138,59 @@ def register(env_id: str) -> str:
         vector_entry_point=entry_point,
     )
     return new_id
+
+
+def make_vec(
+    env_id: str | gym.envs.registration.EnvSpec,
+    num_envs: int = 1,
+    n_workers: int | None = None,
+    *,
+    vector_kwargs: dict[str, Any] | None = None,
+    wrappers: Sequence[Callable[[gym.Env], gym.Wrapper]] | None = None,
+    **kwargs: Any,
+) -> ShmVectorEnv:
+    """Like ``gym.make_vec(env_id, num_envs, ...)``, vectorized with :class:`ShmVectorEnv`.
+
+    Args:
+        env_id: a registered env id (or an ``EnvSpec``), as for ``gym.make``.
+        num_envs: number of envs.
+        n_workers: worker processes; ``None`` (default) chooses them, and whether the main
+            process steps envs too, from the cores and the envs' step cost (see :class:`ShmVectorEnv`).
+        vector_kwargs: keyword arguments of :class:`ShmVectorEnv` (``autoreset_mode``,
+            ``copy``, ``start_method``, ``timeout``, ...).
+        wrappers: wrapper functions applied in order to each single env.
+        **kwargs: passed to ``gym.make`` for each env (e.g. ``max_episode_steps``, ``g``).
+
+    Returns:
+        The vector env, its ``spec`` set as ``gym.make_vec`` sets it.
+
+    Example:
+        >>> import shmvec
+        >>> envs = shmvec.make_vec("CartPole-v1", num_envs=8, n_workers=2,
+        ...                        vector_kwargs={"autoreset_mode": "SameStep"})
+        >>> envs.close()
+    """
+    vector_kwargs = dict(vector_kwargs or {})
+    wrappers = list(wrappers or [])
+    if isinstance(env_id, gym.envs.registration.EnvSpec):
+        env_spec = copy_module.deepcopy(env_id)
+    else:
+        env_spec = copy_module.deepcopy(gym.spec(env_id))
+    env_kwargs = {**env_spec.kwargs, **kwargs}
+    env_spec.kwargs = {}
+
+    def make_one() -> gym.Env:
+        env = gym.make(env_spec, **env_kwargs)
+        for wrapper in wrappers:
+            env = wrapper(env)
+        return env
+
+    envs = ShmVectorEnv([make_one] * num_envs, n_workers, **vector_kwargs)
+    vector_spec = copy_module.deepcopy(env_spec)
+    vector_spec.kwargs = dict(env_kwargs)
+    if num_envs != 1:
+        vector_spec.kwargs["num_envs"] = num_envs
+    if wrappers:
+        vector_spec.kwargs["wrappers"] = wrappers
+    envs.spec = vector_spec
+    return envs

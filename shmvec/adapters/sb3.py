@@ -11,12 +11,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from shmvec.ipc import layout as lay
-from shmvec.engine import ops
-from shmvec.options import PoolOptions, options_doc
 from shmvec.backends import make_pool
+from shmvec.engine import ops
 from shmvec.engine.interface import Engine
 from shmvec.engine.validation import checked_column, split_actions
+from shmvec.ipc import layout as lay
+from shmvec.options import PoolOptions, options_doc
 
 try:
     from stable_baselines3.common.vec_env.base_vec_env import (
