@@ -392,7 +392,7 @@ def read_ready(proc: subprocess.Popen) -> list[str]:
 
 
 STEPPING_SCRIPT = """
-    import sys, time
+    import signal, sys, time
     import numpy as np
     import gymnasium as gym
 
@@ -412,6 +412,8 @@ STEPPING_SCRIPT = """
 
 
     if __name__ == "__main__":
+        # as run from a terminal: a background job (`cmd &` in a script) inherits SIGINT ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         start_method, adapter, state = sys.argv[1:]
         if adapter == "sb3":
             from shmvec import ShmPoolVecEnv, ShmVectorEnv as VecEnv
