@@ -9,11 +9,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-# Upper bound (seconds) of the adaptive spins (autoconfig._with_waits allows longer ones
-# while every busy process has a core). Measured here (CartPole N=64, 2 cores,
-# vs SyncVectorEnv): 50 µs -> 1.29x (K=2) / 1.47x (main_shard); 200 µs -> 1.63x / 1.88x;
-# with K=4 on 2 cores (oversubscribed) 1.35x / 1.50x at 50 µs and 1.27x / 1.37x at 200 µs:
-# no collapse, as waits that outgrow it turn the spin off.
+# Upper bound (seconds) of the adaptive spins (engine.plan._with_waits allows longer ones
+# while every busy process has a core). Long enough to cover a light shard's step, so a
+# hand-off costs a spin (microseconds) rather than a wake-up from a blocked wait; short
+# next to a wake-up's cost when it misses. More processes than cores do not make it
+# costly: waits that outgrow it turn the spin off (ipc.signals).
 DEFAULT_SPIN = 200e-6
 
 

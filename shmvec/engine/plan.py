@@ -17,16 +17,15 @@ for ``P`` up to the usable cores, the one the overhead model predicts fastest::
 that is ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env / P + t_overhead)``. The
 overheads are Python work (adapters, pool, worker loops), so they are scaled by how
 fast this machine runs Python (:func:`machine_scale`, a ~10 ms reference loop timed
-beside the env): on a VM 2-3x slower than the one they were calibrated on, two
-CartPole envs otherwise went to the main process and a worker, at 0.82-0.91x
-DummyVecEnv, instead of staying in-process.
+beside the env): on a machine slower than the calibration one, the round trips cost
+more, and unscaled overheads would send a few light envs to workers where staying
+in-process is faster.
 
 The model is that of a training loop, the loop users run: the caller computes (a
 policy's forward pass) between steps, the workers block meanwhile rather than take its
 cores (:class:`~shmvec.ipc.protocol.NextWait`), so every step with workers starts with a
 wake-up (:data:`T_SYNC_BLOCK`) on its critical path. A few light envs then stay in the
-main process: 8 CartPole envs with a policy between steps ran at 0.79x SyncVectorEnv in
-the main process and one worker, a wake-up costing more than the envs' whole step. In a
+main process, where a wake-up would cost more than the envs' whole step. In a
 bare stepping loop the waits spin instead, and the same plan runs faster than the model
 says. Among the
 candidates within :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env
@@ -74,10 +73,7 @@ TIMING_MAX_STEPS = 400
 TIMING_BATCH = 10  # steps per timed batch; the median batch is kept (a first call or a hiccup is not)
 # A main process with no shard, beside workers on every core, spins at most this long (about
 # three wake-ups): it shares a core with a worker, and spinning through a longer shard slows
-# that worker more than a wake-up costs. CartPole, two workers on two cores, the main process
-# blocking vs spinning up to 2 ms, round-robin in one process (80 rounds): N=64 1.039x and
-# 1.049x, N=32 1.037x, N=16 (shards of ~150 µs) 0.979x; this limit vs 2 ms in alternating
-# fresh processes (bench/alternate.py): N=64 1.55x vs 1.44x SyncVectorEnv (SB3), 1.57x vs 1.36x (Gym).
+# that worker more than a wake-up costs.
 SHARED_CORE_SPIN = 300e-6
 
 
@@ -221,8 +217,7 @@ def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason,
     - a worker waits for its next step as the main process says with each step
       (``tight_loop_spin``, :class:`~shmvec.ipc.protocol.NextWait`): spinning while the caller
       steps in a tight loop, blocking at once while it computes between steps (a policy,
-      which a spinner would slow down: SB3 PPO on CartPole N=16 with two workers ran at
-      0.57-0.66x DummyVecEnv with workers spinning 200 µs per step, 0.87-0.90x blocking);
+      which a spinning worker would slow down by taking its core);
       between other commands it spins within twice the main process's expected cycle
       (its shard and bookkeeping; ``max_spin`` when not timed).
 

@@ -16,11 +16,9 @@ shards), or needs our core. A few waits beyond the bound (a hiccup) do not turn
 spinning off; a run of them does. While spinning is off, every :data:`PROBE_EVERY`-th
 wait spins for the full ``max_spin`` again (a probe), and only probes update the hit
 rate: a blocked wait measures the peer's time *plus* our own wake-up, so learning from
-it kept spinning off for good once it was off, and the same pool settled spinning in one
-run and blocking in the next. An earlier rule, spinning for twice an average of the
-waits, turned off after one or two long waits (an average has no robustness to
-outliers): CartPole N=64, one worker and the main shard, ran at 0.65x the steps per
-second of waits that kept spinning.
+it would keep spinning off for good once it was off. The hit rate is a share of waits,
+not an average of their lengths, so one or two long waits (outliers) do not turn
+spinning off.
 
 One wait can be told how long to spin (``wait(timeout, spin=...)``), learning nothing:
 a worker's wait for its next step, which the main process predicts with each step
