@@ -1,7 +1,7 @@
 """Issue 4, "never leak": processes, descriptors and /dev/shm entries all go back.
 
 Released on close(), on garbage collection of an unclosed env (with a ResourceWarning),
-at interpreter exit and after failures (tests/test_failures.py); and the workers never
+at interpreter exit and after failures (tests/engine/test_failures.py); and the workers never
 make Python's resource tracker complain. ``no_leaks`` (conftest) double-checks each test.
 """
 
@@ -11,12 +11,12 @@ import gc
 
 import psutil
 import pytest
-from faulty import env_fns
-from helpers import descendant_pids, gone, poll_until, shm_entries, shm_of
-from test_failures import ADAPTERS, QUICK, make_vec, read_ready, reset, run_script, step
 
 from shmvec import ShmPool
 from shmvec.options import PoolOptions
+from tests.engine.test_failures import ADAPTERS, QUICK, make_vec, read_ready, reset, run_script, step
+from tests.faulty import env_fns
+from tests.helpers import descendant_pids, gone, poll_until, shm_entries, shm_of
 
 
 def started(adapter: str, **kwargs):
@@ -105,8 +105,8 @@ def test_many_cycles_leave_nothing(adapter):
 EXIT_SCRIPT = """
     import sys, warnings
     import numpy as np
-    sys.path.insert(0, "tests")
-    from faulty import env_fns
+    sys.path.insert(0, ".")  # the cwd: the checkout, for tests.faulty
+    from tests.faulty import env_fns
 
     if __name__ == "__main__":
         start_method, adapter = sys.argv[1:]

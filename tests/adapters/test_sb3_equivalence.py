@@ -11,16 +11,13 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import TupleObsEnv, make_image, make_mixed
 from gymnasium import spaces
-from helpers import assert_same
-from sb3_compare import make_pair, run_equivalence, sample_actions
+
+from tests.envs import TupleObsEnv, cartpole, make_image, make_mixed
+from tests.helpers import assert_same
+from tests.sb3_compare import make_pair, run_equivalence, sample_actions
 
 STEPS = 300
-
-
-def cartpole():
-    return gym.make("CartPole-v1")
 
 
 def pendulum():

@@ -23,13 +23,17 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
-from helpers import assert_same
 from hypothesis import event, given
 from hypothesis import strategies as st
-from sb3_compare import check_step, sample_actions
-from spec_env import EnvDesign, SpecEnv, canonical_action
 from stable_baselines3.common.vec_env import DummyVecEnv
-from strategies import (
+
+from shmvec import ShmPoolVecEnv, ShmVectorEnv
+from tests.adapters.test_sb3_dropin import per_env_actions, start_both
+from tests.adapters.test_vector import run_equivalence
+from tests.helpers import assert_same
+from tests.sb3_compare import check_step, sample_actions
+from tests.spec_env import EnvDesign, SpecEnv, canonical_action
+from tests.strategies import (
     PoolShape,
     designs,
     fixed_action_spaces,
@@ -38,10 +42,6 @@ from strategies import (
     pool_shapes,
     sb3_observation_spaces,
 )
-from test_sb3_dropin import per_env_actions, start_both
-from test_vector import run_equivalence
-
-from shmvec import ShmPoolVecEnv, ShmVectorEnv
 
 STEPS = 30
 seeds = st.integers(0, 2**16)

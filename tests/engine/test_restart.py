@@ -21,12 +21,12 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from faulty import N_ENVS, N_WORKERS, die_once_fns, env_fns
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from helpers import assert_same, env_pids, gone
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ResetNeededError, ShmPoolVecEnv, ShmVectorEnv, WorkerDiedError
+from tests.faulty import N_ENVS, N_WORKERS, die_once_fns, env_fns
+from tests.helpers import assert_same, env_pids, gone
 
 AT = 5  # env 3 dies inside its 5th step: the step with index AT - 1
 LATE = 60  # ... or inside its 60th, after the end of an episode (with these seeds and actions)

@@ -7,14 +7,14 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import make_mixed
-from faulty import Boom, env_fns
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from helpers import assert_same
 
 import shmvec.engine.worker
 from shmvec import ShmVectorEnv, StepStateError, StepTimeoutError, WorkerDiedError
 from shmvec.errors import AlreadyPendingError, NoPendingCallError
+from tests.envs import make_mixed
+from tests.faulty import Boom, env_fns
+from tests.helpers import assert_same
 
 MODES = list(AutoresetMode)
 FACTORIES = {
@@ -267,7 +267,7 @@ def test_dead_worker_raises(closing):
 
 
 def test_dead_worker_restarts(closing, tmp_path):
-    from faulty import die_once_fns
+    from tests.faulty import die_once_fns
 
     envs = closing(
         ShmVectorEnv(die_once_fns("exit", str(tmp_path / "died")), 2, batch_size=4, start_method="fork", on_worker_failure="restart")

@@ -19,8 +19,6 @@ import time
 import numpy as np
 import pytest
 
-from faulty import N_ENVS, N_WORKERS, Boom, FaultyEnv, env_fns
-from helpers import gone, poll_until, pool_pids, shm_of
 from shmvec import (
     ClosedEnvError,
     InvalidActionError,
@@ -32,6 +30,8 @@ from shmvec import (
     StepTimeoutError,
     WorkerDiedError,
 )
+from tests.faulty import N_ENVS, N_WORKERS, Boom, FaultyEnv, env_fns
+from tests.helpers import REPO, gone, poll_until, pool_pids, shm_of
 
 ADAPTERS = ["sb3", "gym"]
 ALL_METHODS = ["fork", "forkserver", "spawn"]
@@ -44,7 +44,6 @@ CORE = [
     ("spawn", "gym"),
 ]
 QUICK = 5.0  # seconds: generous bound for "at once" / "within about a second" on a loaded 2-core box
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # -- one vocabulary over both adapters ----------------------------------------------

@@ -21,16 +21,16 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import ActionProbeEnv
-from faulty import Boom, env_fns
 from gymnasium.vector.utils import batch_space, iterate
-from helpers import assert_same, gone, poll_until, shm_of
-from sb3_compare import run_equivalence
-from test_action_dtypes import SPACES, batches, probe
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
 from shmvec.backends import ray as ray_backend
 from shmvec.errors import RemoteTraceback, StepTimeoutError, WorkerDiedError
+from tests.envs import ActionProbeEnv, cartpole
+from tests.faulty import Boom, env_fns
+from tests.helpers import REPO, assert_same, gone, poll_until, shm_of
+from tests.ipc.test_action_dtypes import SPACES, batches, probe
+from tests.sb3_compare import run_equivalence
 
 ray = pytest.importorskip("ray")
 import ray.cloudpickle  # noqa: E402
@@ -38,8 +38,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from ray.exceptions import ActorUnavailableError  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
-# This module's functions travel to the node actors by value; faulty.py (its envs and their
-# exception class) is imported there from PYTHONPATH, as a user's installed package would be.
+# This module's functions travel to the node actors by value; tests.faulty (its envs and their
+# exception class) and tests.envs are imported there from PYTHONPATH, as a user's installed package would be.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 N = 4  # envs: 0..1 on node 0, 2..3 on node 1
@@ -49,8 +49,7 @@ SEEN_PIDS: set[int] = set()  # every node actor and worker the module started: n
 
 @pytest.fixture(scope="module")
 def cluster():
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))  # for the nodes
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))  # for the nodes: tests.*
     simulated = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
         simulated.add_node(num_cpus=1)
@@ -69,10 +68,6 @@ def no_leaks(cluster):
     assert poll_until(lambda: all(gone(pid) for pid in SEEN_PIDS), 10.0), "node actors or workers outlived their test"
     left = [name for pid in SEEN_PIDS for name in shm_of(pid)]
     assert not left, f"/dev/shm entries left behind: {left}"
-
-
-def cartpole():
-    return gym.make("CartPole-v1")
 
 
 # Ray fails a call to an actor it is re-creating with ActorUnavailableError after ~2 s;

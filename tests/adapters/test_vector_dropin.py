@@ -18,17 +18,17 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import MixedDictEnv, make_mixed
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import batch_differing_spaces
-from helpers import assert_same, descendant_pids, shm_entries
-from test_vector import ENV_FACTORIES, run_equivalence
 
 import shmvec
 from shmvec import ShmVectorEnv
+from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence
+from tests.envs import MixedDictEnv, make_mixed
+from tests.helpers import assert_same, descendant_pids, shm_entries
 
 CARTPOLE = ENV_FACTORIES["CartPole"]
 

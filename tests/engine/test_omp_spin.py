@@ -12,23 +12,19 @@ import os
 import threading
 import time
 
-import gymnasium as gym
 import numpy as np
 import pytest
-from helpers import poll_until
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
 from shmvec.engine.omp_spin import MAX_IDLE, MIN_IDLE, ShortSpin, loaded_libgomp
+from tests.envs import cartpole
+from tests.helpers import poll_until
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(
     loaded_libgomp() is None or len(os.sched_getaffinity(0)) < 2,
     reason="needs torch on GNU OpenMP and 2 CPUs (with 1, libgomp already spins short)",
 )
-
-
-def cartpole():
-    return gym.make("CartPole-v1")
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
-from test_vector import run_equivalence
 
 import shmvec
 from shmvec import ShmVectorEnv
 from shmvec.adapters.registration import ShmVectorEntryPoint, twin_id
+from tests.adapters.test_vector import run_equivalence
 
 TWIN = "shmvec/CartPole-v1"
 

@@ -13,10 +13,7 @@ import os
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import MixedDictEnv, TupleObsEnv, make_mixed
 from gymnasium import spaces
-from helpers import assert_same
-from sb3_compare import make_pair, sample_actions
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -28,14 +25,13 @@ from shmvec.errors import (
     StepStateError,
     UnsupportedSpaceError,
 )
+from tests.envs import MixedDictEnv, TupleObsEnv, cartpole, make_mixed
+from tests.helpers import assert_same
+from tests.sb3_compare import make_pair, sample_actions
 
 N = 5  # envs in most tests below; with 2 workers the shards are uneven (3 + 2)
 INDICES = [None, 0, 3, -1, [1, 4], [-1, 0, 2], range(1, 3), np.array([4, 2])]
 INDEX_IDS = ["None", "0", "3", "-1", "[1,4]", "[-1,0,2]", "range", "ndarray"]
-
-
-def cartpole():
-    return gym.make("CartPole-v1")
 
 
 def mixed_rgb():

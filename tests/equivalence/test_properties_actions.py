@@ -16,14 +16,15 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
-from helpers import assert_same
 from hypothesis import given
 from hypothesis import strategies as st
-from sb3_compare import check_step
-from spec_env import EnvDesign, random_array
-from strategies import PoolShape, action_forms, designs, fixed_action_spaces, pool_shapes
-from test_properties import STEPS, assert_same_received, closing_all, gym_pair, sb3_pair, seeds
-from test_sb3_dropin import start_both
+
+from tests.adapters.test_sb3_dropin import start_both
+from tests.equivalence.test_properties import STEPS, assert_same_received, closing_all, gym_pair, sb3_pair, seeds
+from tests.helpers import assert_same
+from tests.sb3_compare import check_step
+from tests.spec_env import EnvDesign, random_array
+from tests.strategies import PoolShape, action_forms, designs, fixed_action_spaces, pool_shapes
 
 SMALL_OBSERVATION = spaces.Box(-1.0, 1.0, (2,), np.float32)
 

@@ -12,9 +12,10 @@ import copy
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import ImageObsEnv, TupleObsEnv, make_mixed
-from helpers import assert_same
-from sb3_compare import make_pair, sample_actions
+
+from tests.envs import ImageObsEnv, TupleObsEnv, make_mixed
+from tests.helpers import assert_same
+from tests.sb3_compare import make_pair, sample_actions
 
 ENVS = {
     "cartpole": lambda: gym.make("CartPole-v1"),

@@ -11,21 +11,18 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from helpers import assert_same
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
 from shmvec.engine import plan as autoconfig
-from shmvec.ipc import layout as lay
 from shmvec.engine import pool as pool_module
 from shmvec.engine.plan import ISOLATION_TOLERANCE, candidates, choose, explicit, predicted_step_time
+from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import NextWait
 from shmvec.ipc.signals import MAX_SPIN
+from tests.envs import cartpole
+from tests.helpers import assert_same
 
 CORES = 2  # the decisions below are the 2-core machine's; the model is checked for other counts too
-
-
-def cartpole():
-    return gym.make("CartPole-v1")
 
 
 # ==== the decision (pure) ==================================================================

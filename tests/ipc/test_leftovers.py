@@ -20,15 +20,14 @@ import time
 import gymnasium as gym
 import psutil
 import pytest
-from helpers import gone, poll_until, shm_of
 
 from shmvec import ShmPoolVecEnv
 from shmvec.ipc import leftovers
 from shmvec.ipc.leftovers import Maker, is_leftover, own_maker, parse_name, reclaim, start_time, unique_name
 from shmvec.ipc.signals import Signal
+from tests.helpers import REPO, gone, poll_until, shm_of
 
 QUICK = 5.0  # seconds: generous bound for "at once" on a loaded 2-core box
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CI_PID = re.compile(r"^(sem\.)?shmvec_([0-9]+)_")  # how .ci/run reads the maker's pid
 
 STEPPING_SCRIPT = """

@@ -19,14 +19,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import ActionProbeEnv, SleepEnv, describe_action
 from gymnasium import spaces
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import batch_space, iterate
-from helpers import assert_same
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
+from tests.envs import ActionProbeEnv, SleepEnv, describe_action
+from tests.helpers import assert_same
 
 N = 4
 SPACES = {

@@ -13,7 +13,13 @@ import threading
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import (
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from shmvec import InvalidActionError, ShmVectorEnv, UnsupportedSpaceError
+from shmvec.ipc import layout as lay
+from tests.adapters.test_vector import run_equivalence
+from tests.envs import (
     Token,
     TokenSpace,
     TupleObsEnv,
@@ -21,13 +27,7 @@ from envs import (
     make_text_token,
     make_tuple_any_space,
 )
-from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from helpers import assert_same
-from test_vector import run_equivalence
-
-from shmvec import InvalidActionError, ShmVectorEnv, UnsupportedSpaceError
-from shmvec.ipc import layout as lay
+from tests.helpers import assert_same
 
 STEPS = 300
 MODES = list(AutoresetMode)

@@ -13,9 +13,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from envs import MixedDictEnv, NestedEnv, TupleObsEnv, make_mixed
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from helpers import assert_same
 
 import shmvec
 from shmvec import (
@@ -27,6 +25,8 @@ from shmvec import (
     StepTimeoutError,
     WorkerDiedError,
 )
+from tests.envs import MixedDictEnv, NestedEnv, TupleObsEnv, make_mixed
+from tests.helpers import assert_same
 
 STEPS = 300
 MODES = list(AutoresetMode)

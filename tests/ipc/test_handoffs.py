@@ -24,13 +24,13 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from shmvec.ipc import layout as lay
-from shmvec.ipc.action_rows import ActionRows
 from shmvec.engine.async_schedule import IN_FLIGHT, AsyncSchedule
 from shmvec.engine.link import WorkerLink
-from shmvec.ipc.protocol import SENT_SPAN, SEQ_SPAN, Command, post_word, read_word
 from shmvec.engine.shard import Shard
 from shmvec.engine.worker import _catch_up, _Sends, _serve
+from shmvec.ipc import layout as lay
+from shmvec.ipc.action_rows import ActionRows
+from shmvec.ipc.protocol import SENT_SPAN, SEQ_SPAN, Command, post_word, read_word
 
 WAIT = 5.0  # seconds; only a broken hand-off makes a test wait this long
 

@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from envs import TupleActionEnv, make_dict_action
 from gymnasium import spaces
-from helpers import assert_same
-from sb3_compare import check_step, make_pair
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv
 
 from shmvec import ShmPoolVecEnv
 from shmvec.errors import InvalidActionError
+from tests.envs import TupleActionEnv, make_dict_action
+from tests.helpers import assert_same
+from tests.sb3_compare import check_step, make_pair
 
 N_ENVS = 5
 STEPS = 300

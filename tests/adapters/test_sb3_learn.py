@@ -12,13 +12,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from sb3_compare import make_pair
 from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.monitor import Monitor
 
-
-def cartpole():
-    return gym.make("CartPole-v1")
+from tests.sb3_compare import make_pair
 
 
 def monitored_cartpole():

@@ -4,15 +4,6 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-from envs import make_image, make_mixed
-from helpers import assert_same
-from sb3_compare import (
-    check_step,
-    infos_without,
-    make_pair,
-    run_equivalence,
-    sample_actions,
-)
 from stable_baselines3.common.vec_env import (
     VecFrameStack,
     VecMonitor,
@@ -20,9 +11,15 @@ from stable_baselines3.common.vec_env import (
     VecTransposeImage,
 )
 
-
-def cartpole():
-    return gym.make("CartPole-v1")
+from tests.envs import cartpole, make_image, make_mixed
+from tests.helpers import assert_same
+from tests.sb3_compare import (
+    check_step,
+    infos_without,
+    make_pair,
+    run_equivalence,
+    sample_actions,
+)
 
 
 def pendulum():
