@@ -35,16 +35,16 @@ CALLS = []
 
 
 def count_calls(obs):
-    """A user's policy for ``--policy tests.test_tune:count_calls``-style loading."""
+    """A user's policy for ``--policy tests.tools.test_tune:count_calls``-style loading."""
     CALLS.append(obs.shape)
 
 
 def test_the_policy_runs_between_steps_and_the_recommendation_is_still_the_default(capsys):
     CALLS.clear()
     args = ["CartPole-v1", "--num-envs", "3", "--seconds", "0.01", "--repeats", "1", "--json"]
-    assert tune.main([*args, "--policy", "test_tune:count_calls"]) == 0
+    assert tune.main([*args, "--policy", "tests.tools.test_tune:count_calls"]) == 0
     found = json.loads(capsys.readouterr().out)
-    assert found["policy"] == "test_tune:count_calls" and CALLS and set(CALLS) == {(3, 4)}
+    assert found["policy"] == "tests.tools.test_tune:count_calls" and CALLS and set(CALLS) == {(3, 4)}
     plan = autoconfig.choose(3, found["cores"], found["t_env_us"] * 1e-6, scale=found["machine_scale"])
     assert (found["recommended"]["n_workers"], found["recommended"]["main_shard"]) == (plan.n_workers, plan.main_shard)
     assert all(row["predicted_steps_per_s"] is None for row in found["rows"])  # the model leaves a policy's time out
