@@ -7,8 +7,9 @@ import time
 
 import psutil
 import pytest
-from helpers import descendant_pids, shm_entries
 from hypothesis import HealthCheck, Phase, settings
+
+from tests.helpers import descendant_pids, shm_entries
 
 # The property tests (test_properties*.py) start pools in every example, so examples are
 # slow: "ci" (the default) keeps their share of a run bounded, "long" explores on demand

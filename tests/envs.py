@@ -10,6 +10,11 @@ import numpy as np
 from gymnasium import spaces
 
 
+def cartpole():
+    """CartPole-v1 as ``gym.make`` builds it: the plain env most tests start from."""
+    return gym.make("CartPole-v1")
+
+
 class MixedDictEnv(gym.Env):
     """Dict observations of mixed dtypes and shapes, a Box action, random episode lengths.
 

@@ -1,4 +1,4 @@
-"""Envs that misbehave on purpose, for tests/test_failures.py and tests/test_resources.py.
+"""Envs that misbehave on purpose, for tests/engine/test_failures.py and tests/engine/test_resources.py.
 
 Kept apart from the test modules so that spawn/forkserver workers, which import this
 module to unpickle the envs, do not import pytest, SB3 and torch as well.

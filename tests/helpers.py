@@ -18,6 +18,7 @@ import psutil
 from shmvec import ShmPoolVecEnv
 
 SHM_DIR = "/dev/shm"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: the cwd of scripts the tests run
 
 
 # -- comparison ---------------------------------------------------------------------------

@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
-from helpers import assert_same
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 
 from shmvec import ShmPoolVecEnv
+from tests.helpers import assert_same
 
 
 def make_pair(

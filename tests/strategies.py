@@ -15,7 +15,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from hypothesis import strategies as st
-from spec_env import EnvDesign, InfoKey
+
+from tests.spec_env import EnvDesign, InfoKey
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")

@@ -1,0 +1,512 @@
+"""ShmVectorEnv as a drop-in for Gymnasium's AsyncVectorEnv, to the letter.
+
+Every behaviour is run on both (same envs, seeds and actions) and compared: the async
+pairs give SyncVectorEnv's results bit for bit; every misuse raises the same exception
+class (ours subclass theirs) with the same message, only the class name differing;
+timeouts, observation modes, close(terminate=True) and closing with a call pending
+behave as AsyncVectorEnv's do.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import multiprocessing
+import time
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+from gymnasium.spaces import Box, Discrete
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector.async_vector_env import AsyncState
+from gymnasium.vector.utils import batch_differing_spaces
+
+import shmvec
+from shmvec import ShmVectorEnv
+from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence
+from tests.envs import MixedDictEnv, make_mixed
+from tests.helpers import assert_same, descendant_pids, shm_entries
+
+CARTPOLE = ENV_FACTORIES["CartPole"]
+
+
+def make_shm(fns, closing, n_workers=2, **kwargs):
+    return closing(ShmVectorEnv(list(fns), n_workers, start_method="fork", **kwargs))
+
+
+def make_async(fns, closing, **kwargs):
+    return closing(AsyncVectorEnv(list(fns), context="fork", **kwargs))
+
+
+def raised(call):
+    """The exception ``call()`` raises (it must raise one)."""
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the point is to catch what it raises
+        return exc
+    raise AssertionError("no exception was raised")
+
+
+def assert_same_error(ours: BaseException, theirs: BaseException, where: str = "") -> None:
+    """Our exception is an instance of theirs' class and reads the same, but for the class name."""
+    assert isinstance(ours, type(theirs)), f"{where}: {type(ours).__mro__} is not a {type(theirs)}"
+    assert str(ours) == str(theirs).replace("AsyncVectorEnv", "ShmVectorEnv"), where
+    if isinstance(theirs, (NoAsyncCallError, AlreadyPendingCallError)):
+        assert ours.name == theirs.name, where
+
+
+def finish_pending(env) -> None:
+    """Wait for whatever call is pending, as AsyncVectorEnv.close_extras does."""
+    if env._state != AsyncState.DEFAULT:
+        getattr(env, f"{env._state.value}_wait")()
+
+
+# ---- the async pairs give SyncVectorEnv's results -------------------------------------
+
+
+@pytest.mark.parametrize("env_name", list(ENV_FACTORIES))
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_async_pairs_match_sync_vector_env(env_name, mode, closing):
+    fn = ENV_FACTORIES[env_name]
+    shm = make_shm([fn] * 4, closing, autoreset_mode=mode)
+    ref = closing(SyncVectorEnv([fn] * 4, autoreset_mode=mode))
+    shm.reset_async(seed=7, options=None)
+    assert_same(shm.reset_wait(timeout=np.float64(30)), ref.reset(seed=7), "reset")
+    ref.action_space.seed(7)
+    ended = 0
+    for t in range(60):
+        actions = ref.action_space.sample()
+        shm.step_async(actions)
+        got, want = shm.step_wait(timeout=np.float32(30)), ref.step(actions)
+        assert_same(got, want, f"step {t}")
+        ended += int((want[2] | want[3]).sum())
+        if t % 20 == 0:
+            shm.call_async("np_random_seed")
+            assert shm.call_wait(timeout=30) == ref.call("np_random_seed")
+    assert ended > 0  # autoresets were exercised
+
+
+# ---- misuse: the same errors, word for word ----------------------------------------------
+
+ACTIONS = np.zeros(3, dtype=np.int64)
+
+
+def _step_async(env):
+    env.step_async(ACTIONS)
+
+
+MISUSES = {
+    "step_wait, nothing pending": [lambda e: e.step_wait()],
+    "reset_wait, nothing pending": [lambda e: e.reset_wait()],
+    "call_wait, nothing pending": [lambda e: e.call_wait()],
+    "step_async twice": [_step_async, _step_async],
+    "step during a step": [_step_async, lambda e: e.step(ACTIONS)],
+    "reset_async during a step": [_step_async, lambda e: e.reset_async()],
+    "reset during a step": [_step_async, lambda e: e.reset(seed=0)],
+    "call_async during a step": [_step_async, lambda e: e.call_async("gravity")],
+    "render during a step": [_step_async, lambda e: e.render()],
+    "call_wait during a step": [_step_async, lambda e: e.call_wait()],
+    "reset_wait during a step": [_step_async, lambda e: e.reset_wait()],
+    "bad seeds during a step": [_step_async, lambda e: e.reset_async(seed=[1, 2])],
+    "bad set_attr values during a step": [_step_async, lambda e: e.set_attr("gravity", [1.0])],
+    "step_async during a reset": [lambda e: e.reset_async(seed=1), _step_async],
+    "step_wait during a reset": [lambda e: e.reset_async(seed=1), lambda e: e.step_wait()],
+    "get_attr during a reset": [lambda e: e.reset_async(seed=1), lambda e: e.get_attr("gravity")],
+    "set_attr during a call": [lambda e: e.call_async("gravity"), lambda e: e.set_attr("gravity", 1.0)],
+    "reset_async during a call": [lambda e: e.call_async("gravity"), lambda e: e.reset_async()],
+    "step_async during a call": [lambda e: e.call_async("gravity"), _step_async],
+    "call_async twice": [lambda e: e.call_async("gravity"), lambda e: e.call_async("gravity")],
+}
+
+
+def test_misuse_raises_what_async_vector_env_raises(closing):
+    shm = make_shm([CARTPOLE] * 3, closing)
+    ref = make_async([CARTPOLE] * 3, closing)
+    for env in (shm, ref):
+        env.reset(seed=0)
+    for name, calls in MISUSES.items():
+        errors = []
+        for env in (shm, ref):
+            for call in calls[:-1]:
+                call(env)
+            errors.append(raised(lambda: calls[-1](env)))
+            finish_pending(env)
+        assert_same_error(*errors, where=name)
+    assert_same(shm.step(ACTIONS)[:4], ref.step(ACTIONS)[:4], "still in step after all that")
+
+
+@pytest.mark.parametrize("name", ["reset", "step", "close", "_setattr", "_check_spaces"])
+def test_call_refuses_what_async_vector_env_refuses(name, closing):
+    shm = make_shm([CARTPOLE] * 2, closing)
+    ref = make_async([CARTPOLE] * 2, closing)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # AsyncVectorEnv logs its worker's traceback as it shuts that worker down
+        assert_same_error(raised(lambda: shm.call(name)), raised(lambda: ref.call(name)), where=name)
+    assert shm.call("gravity") == (9.8, 9.8)  # ours is still usable
+    ref.close(terminate=True)  # theirs lost its workers
+
+
+def test_misuse_errors_are_both_gymnasium_and_shmvec_errors(closing):
+    shm = make_shm([CARTPOLE] * 3, closing)
+    shm.reset(seed=0)
+    with pytest.raises(shmvec.NoPendingCallError):
+        shm.step_wait()
+    with pytest.raises(shmvec.StepStateError):
+        shm.call_wait()
+    shm.step_async(ACTIONS)
+    with pytest.raises(shmvec.AlreadyPendingError):
+        shm.call_async("gravity")
+    with pytest.raises(AlreadyPendingCallError):
+        shm.reset_async()
+    shm.step_wait()
+    shm.close()
+    with pytest.raises(shmvec.ClosedEnvError):
+        shm.step(ACTIONS)
+    with pytest.raises(ClosedEnvironmentError):
+        shm.step(ACTIONS)
+
+
+CLOSED_CALLS = {
+    "reset": lambda e: e.reset(),
+    "reset_async": lambda e: e.reset_async(),
+    "reset_wait": lambda e: e.reset_wait(),
+    "step": lambda e: e.step(ACTIONS),
+    "step_async": lambda e: e.step_async(ACTIONS),
+    "step_wait": lambda e: e.step_wait(),
+    "call": lambda e: e.call("gravity"),
+    "call_async": lambda e: e.call_async("gravity"),
+    "call_wait": lambda e: e.call_wait(),
+    "get_attr": lambda e: e.get_attr("gravity"),
+    "set_attr": lambda e: e.set_attr("gravity", 1.0),
+    "render": lambda e: e.render(),
+    "np_random_seed": lambda e: e.np_random_seed,
+}
+
+
+def test_calls_after_close_raise_what_async_vector_env_raises(closing):
+    shm = make_shm([CARTPOLE] * 3, closing)
+    ref = make_async([CARTPOLE] * 3, closing)
+    for env in (shm, ref):
+        env.reset(seed=0)
+        assert not env.closed
+        env.close()
+        env.close()  # twice is fine
+        assert env.closed
+    for name, call in CLOSED_CALLS.items():
+        assert_same_error(raised(lambda: call(shm)), raised(lambda: call(ref)), where=name)
+
+
+# ---- actions that are not a batch ---------------------------------------------------------
+
+SINGLE_ACTIONS = [
+    ("CartPole", 1),
+    ("CartPole", np.int64(1)),
+    ("CartPole", np.array(1)),
+    ("Pendulum", 0.5),
+    ("Pendulum", np.float32(0.5)),
+    ("Nested", 1),
+]
+
+
+@pytest.mark.parametrize("env_name, action", SINGLE_ACTIONS, ids=[f"{n}-{a!r}" for n, a in SINGLE_ACTIONS])
+def test_a_single_action_is_a_type_error_as_in_async_vector_env(env_name, action, closing):
+    fn = ENV_FACTORIES[env_name]
+    shm = make_shm([fn] * 2, closing)
+    ref = make_async([fn] * 2, closing)
+    for env in (shm, ref):
+        env.reset(seed=0)
+        with pytest.raises(TypeError):
+            env.step(action)
+    with pytest.raises(shmvec.UnbatchedActionError, match="expected a batch of 2 actions"):
+        shm.step_async(action)
+    ref.action_space.seed(0)
+    actions = ref.action_space.sample()
+    assert_same(shm.step(actions)[:4], ref.step(actions)[:4], "nothing was started by the rejected calls")
+
+
+WRONG_COUNTS = {
+    "CartPole": [0],
+    "Pendulum": np.zeros((3, 1), dtype=np.float32),
+    "Nested": {
+        "move": np.zeros((1, 2), dtype=np.float32),
+        "mode": (np.zeros(2, dtype=np.int64), np.zeros((2, 2), dtype=np.int8)),
+    },
+}
+
+
+@pytest.mark.parametrize("env_name", list(WRONG_COUNTS))
+def test_a_wrong_count_of_actions_is_a_value_error_as_in_async_vector_env(env_name, closing):
+    fn = ENV_FACTORIES[env_name]
+    shm = make_shm([fn] * 2, closing)
+    ref = make_async([fn] * 2, closing)
+    for env in (shm, ref):
+        env.reset(seed=0)
+        with pytest.raises(ValueError):
+            env.step(WRONG_COUNTS[env_name])
+    with pytest.raises(shmvec.InvalidActionError):
+        shm.step(WRONG_COUNTS[env_name])
+    shm.step(shm.action_space.sample())  # ours is still usable (theirs sent some actions already)
+    ref.close(terminate=True)
+
+
+# ---- timeouts -------------------------------------------------------------------------------
+
+SLOW = 3.0  # seconds a slow call takes; every test kills the workers long before
+
+
+class SlowEnv(gym.Env):
+    """Slow on request: step with action 1, reset with options={"slow": True}, slow_call()."""
+
+    observation_space = Box(-1, 1, (1,), np.float32)
+    action_space = Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if options and options.get("slow"):
+            time.sleep(SLOW)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        if action == 1:
+            time.sleep(SLOW)
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def slow_call(self):
+        time.sleep(SLOW)
+        return 1
+
+
+TIMEOUTS = {
+    "step": (lambda e: e.step_async(np.array([0, 1])), lambda e: e.step_wait(timeout=np.float64(0.2))),
+    "reset": (lambda e: e.reset_async(options={"slow": True}), lambda e: e.reset_wait(timeout=np.float32(0.25))),
+    "call": (lambda e: e.call_async("slow_call"), lambda e: e.call_wait(timeout=np.int64(0))),
+}
+
+
+@pytest.mark.parametrize("kind", list(TIMEOUTS))
+def test_a_wait_that_times_out_raises_multiprocessing_timeout_error(kind, closing):
+    start, wait = TIMEOUTS[kind]
+    shm = make_shm([SlowEnv] * 2, closing)
+    ref = make_async([SlowEnv] * 2, closing)
+    errors = []
+    for env in (shm, ref):
+        env.reset(seed=0)
+        start(env)
+        with pytest.raises(multiprocessing.TimeoutError) as info:
+            wait(env)
+        errors.append(info.value)
+        assert env._state == AsyncState.DEFAULT  # nothing pending any more, as in AsyncVectorEnv
+        env.close(terminate=True)
+    ours, theirs = errors
+    assert str(ours).startswith(str(theirs).rstrip(".") + ": envs ")  # theirs, then which envs hang
+    assert isinstance(ours, (shmvec.StepTimeoutError, TimeoutError))
+
+
+def test_a_bad_timeout_leaves_the_call_pending(closing):
+    shm = make_shm([SlowEnv] * 2, closing)
+    ref = make_async([SlowEnv] * 2, closing)
+    for env in (shm, ref):
+        env.reset(seed=0)
+        env.step_async(np.zeros(2, dtype=np.int64))
+        with pytest.raises(TypeError):
+            env.step_wait(timeout="soon")
+    assert_same(shm.step_wait(timeout=30)[:4], ref.step_wait(timeout=30)[:4])
+
+
+# ---- observation_mode ------------------------------------------------------------------------
+
+
+class BoundedBoxEnv(gym.Env):
+    """Box observations in [0, high] of a given shape, random episode ends."""
+
+    def __init__(self, high=1.0, shape=(5,), n_actions=2, dtype=np.float32):
+        self.observation_space = Box(0, high, shape, dtype)
+        self.action_space = Discrete(n_actions)
+
+    def _obs(self):
+        space = self.observation_space
+        return self.np_random.uniform(space.low, space.high).astype(space.dtype)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        return self._obs(), float(action), bool(self.np_random.random() < 0.1), False, {}
+
+
+BOUNDED = [functools.partial(BoundedBoxEnv, high=float(i)) for i in (1, 2, 3)]
+CUSTOM_MODE = (Box(0, np.repeat(np.arange(1, 4), 5).reshape((3, 5)).astype(np.float32), (3, 5)), Box(0, 1, (5,)))
+
+
+def async_init_error(env_fns, **kwargs) -> BaseException:
+    """What AsyncVectorEnv's constructor raises; its half-built env is collected, which terminates its workers."""
+    error = raised(lambda: AsyncVectorEnv(env_fns, context="fork", **kwargs))
+    error.__traceback__ = None  # the frames that hold the half-built env
+    gc.collect()
+    return error
+
+
+@pytest.mark.parametrize("mode", ["different", CUSTOM_MODE], ids=["different", "custom"])
+def test_observation_mode_different_and_custom_match_async_and_sync(mode, closing):
+    shm = make_shm(BOUNDED, closing, observation_mode=mode)
+    theirs = make_async(BOUNDED, closing, observation_mode=mode)
+    ref = closing(SyncVectorEnv(BOUNDED, observation_mode=mode))
+    spaces = [fn().observation_space for fn in BOUNDED]
+    assert shm.observation_space == theirs.observation_space == batch_differing_spaces(spaces)
+    assert shm.single_observation_space == theirs.single_observation_space == spaces[0]
+    assert shm.observation_mode is mode
+    counts = run_equivalence(shm, ref, 40, seed=3)
+    assert counts["terminated"] > 0
+
+
+def test_invalid_observation_modes_raise_what_async_vector_env_raises():
+    for mode in ["invalid", (Box(0, 1, (2,)), "not a space"), [Box(0, 1, (3, 2)), Box(0, 1, (2,))]]:
+        ours = raised(lambda: ShmVectorEnv(BOUNDED, 2, start_method="fork", observation_mode=mode))
+        theirs = raised(lambda: AsyncVectorEnv(BOUNDED, context="fork", observation_mode=mode))
+        assert_same_error(ours, theirs, where=repr(mode))
+
+
+MISMATCHES = {
+    "same mode, different bounds": (BOUNDED, "same"),
+    "custom mode, different shapes": (
+        [functools.partial(BoundedBoxEnv, shape=(i,)) for i in (5, 2, 3)],
+        (Box(0, 4, (3, 5)), Box(0, 4, (5,))),
+    ),
+    "different action spaces": ([BoundedBoxEnv, functools.partial(BoundedBoxEnv, n_actions=3)], "same"),
+}
+
+
+@pytest.mark.parametrize("case", list(MISMATCHES))
+def test_space_mismatches_raise_what_async_vector_env_raises(case):
+    env_fns, mode = MISMATCHES[case]
+    ours = raised(lambda: ShmVectorEnv(env_fns, 2, start_method="fork", observation_mode=mode))
+    assert_same_error(ours, async_init_error(env_fns, observation_mode=mode), where=case)
+    assert isinstance(ours, shmvec.SpaceMismatchError)
+    assert "env 1 has" in str(ours.__cause__)  # which env, in the pool's own words
+
+
+class DiscreteObsEnv(BoundedBoxEnv):
+    """Discrete observations, the same action space as BoundedBoxEnv's."""
+
+    observation_space = Discrete(5)
+
+    def __init__(self):
+        self.action_space = Discrete(2)
+
+    def _obs(self):
+        return int(self.np_random.integers(5))
+
+
+DIFFERENT_FAILURES = {
+    "other shapes": [functools.partial(BoundedBoxEnv, shape=(i,)) for i in (1, 2, 3)],
+    "other dtypes": [BoundedBoxEnv, functools.partial(BoundedBoxEnv, dtype=np.float64)],
+    "other space types": [BoundedBoxEnv, BoundedBoxEnv, DiscreteObsEnv],
+}
+
+
+@pytest.mark.parametrize("case", list(DIFFERENT_FAILURES))
+def test_observation_mode_different_fails_as_async_vector_env(case):
+    # AsyncVectorEnv fails in batch_differing_spaces, before it starts any worker
+    env_fns = DIFFERENT_FAILURES[case]
+    theirs = raised(lambda: AsyncVectorEnv(env_fns, context="fork", observation_mode="different"))
+    ours = raised(lambda: ShmVectorEnv(env_fns, 2, start_method="fork", observation_mode="different"))
+    assert_same_error(ours, theirs, where=case)
+
+
+# ---- close -------------------------------------------------------------------------------------
+
+
+def _close_warnings(env, **kwargs) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env.close(**kwargs)
+    return [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+
+PENDING = {
+    "step": lambda e: e.step_async(np.zeros(2, dtype=np.int64)),
+    "reset": lambda e: e.reset_async(seed=5),
+    "call": lambda e: e.call_async("np_random_seed"),
+}
+
+
+@pytest.mark.parametrize("kind", list(PENDING))
+def test_closing_with_a_call_pending_warns_and_waits_for_it(kind, closing):
+    shm = make_shm([SlowEnv] * 2, closing)
+    ref = make_async([SlowEnv] * 2, closing)
+    caught = []
+    for env in (shm, ref):
+        env.reset(seed=0)
+        PENDING[kind](env)
+        caught.append(_close_warnings(env))
+        assert env.closed
+    assert caught[0] == caught[1] and len(caught[0]) == 1
+    assert f"Calling `close` while waiting for a pending call to `{kind}` to complete." in caught[0][0]
+
+
+def test_close_terminate_kills_a_stuck_step_at_once(closing):
+    before_pids, before_shm = descendant_pids(), shm_entries()
+    shm = make_shm([SlowEnv] * 2, closing)
+    ref = make_async([SlowEnv] * 2, closing)
+    caught = []
+    for env in (shm, ref):
+        env.reset(seed=0)
+        env.step_async(np.array([1, 1]))  # both envs sleep
+        caught.append(_close_warnings(env, terminate=True))
+    assert caught[0] == caught[1] and "pending call to `step`" in caught[0][0]
+    assert descendant_pids() - before_pids == set()  # nothing left, right when close() returns
+    assert shm_entries() - before_shm == set()
+
+
+def test_close_terminate_without_a_pending_call(closing):
+    shm = make_shm([CARTPOLE] * 2, closing)
+    shm.reset(seed=0)
+    assert _close_warnings(shm, terminate=True) == []
+    assert shm.closed
+    with pytest.raises(ClosedEnvironmentError):
+        shm.reset()
+
+
+# ---- the rest of the surface -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=[m.name for m in AutoresetMode])
+@pytest.mark.parametrize("n_workers, main_shard", [(2, False), (0, True)], ids=["workers", "main-shard-only"])
+def test_metadata_never_touches_the_env_class(mode, n_workers, main_shard, closing):
+    before = dict(MixedDictEnv.metadata)
+    fns = [lambda: make_mixed(render_mode="rgb_array")] * 2
+    shm = make_shm(fns, closing, n_workers=n_workers, main_shard=main_shard, autoreset_mode=mode)
+    ref = make_async(fns, closing, autoreset_mode=mode.value)
+    assert shm.metadata == ref.metadata and shm.metadata["autoreset_mode"] is mode
+    assert MixedDictEnv.metadata == before and "autoreset_mode" not in MixedDictEnv.metadata
+
+
+def test_surface_matches_async_vector_env(closing):
+    fns = [lambda: make_mixed(render_mode="rgb_array")] * 3
+    shm = closing(ShmVectorEnv(env_fns=fns, n_workers=2, start_method="fork"))  # env_fns by keyword
+    ref = closing(AsyncVectorEnv(env_fns=fns, context="fork"))
+    assert shm.env_fns is fns and ref.env_fns is fns
+    # Gymnasium's repr, plus how the envs run (shmvec chooses that itself by default)
+    assert repr(ref) == "AsyncVectorEnv(num_envs=3)"
+    given = "n_workers=2, main_shard=False, why='n_workers=2 given'"
+    assert repr(shm) == f"ShmVectorEnv(num_envs=3, {given}, omp_spin={shm._pool.omp_spin!r})"
+    assert str(shm) == repr(shm) and str(ref) == repr(ref)
+    assert shm.observation_mode == ref.observation_mode == "same"
+    assert shm.render_mode == ref.render_mode == "rgb_array"
+    assert not shm.closed and not ref.closed
+    assert_same(shm.reset(seed=4), ref.reset(seed=4), "reset")
+    assert shm.np_random_seed == ref.np_random_seed == (4, 5, 6)
+    actions = np.full((3, 3), 0.5, dtype=np.float32)
+    for t in range(5):
+        assert_same(shm.step(actions), ref.step(actions), f"step {t}")
+    frames = shm.render()
+    assert type(frames) is tuple and len(frames) == 3
+    assert_same(frames, ref.render(), "render")
+    for env in (shm, ref):
+        env.set_attr("calls", [7, 8, 9])
+    assert shm.get_attr("calls") == ref.get_attr("calls") == (7, 8, 9)
+    assert shm.call("double", 4) == ref.call("double", 4) == (8, 8, 8)

@@ -1,0 +1,1 @@
+"""Tests of shmvec.backends: the Ray backend on a simulated cluster."""

@@ -1,0 +1,222 @@
+"""``n_workers=None``: the choice of worker count, main shard and waits (pure, injected timings),
+and pools built with it: they work, equal the references, and say what they chose."""
+
+from __future__ import annotations
+
+import logging
+import time
+import types
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from shmvec import ShmPoolVecEnv, ShmVectorEnv
+from shmvec.engine import plan as autoconfig
+from shmvec.engine import pool as pool_module
+from shmvec.engine.plan import ISOLATION_TOLERANCE, candidates, choose, explicit, predicted_step_time
+from shmvec.ipc import layout as lay
+from shmvec.ipc.protocol import NextWait
+from shmvec.ipc.signals import MAX_SPIN
+from tests.envs import cartpole
+from tests.helpers import assert_same
+
+CORES = 2  # the decisions below are the 2-core machine's; the model is checked for other counts too
+
+
+# ==== the decision (pure) ==================================================================
+
+
+@pytest.mark.parametrize(
+    "num_envs, t_env, expected",
+    [
+        (64, 7e-6, (1, True)),  # light envs, many: main process + one worker, nobody waits on a wake-up
+        (8, 7e-6, (0, True)),  # a few: a worker's wake-up after the policy ran costs more than their step
+        (2, 7e-6, (0, True)),  # too little work to pay a round trip: in-process
+        (1, 7e-6, (0, True)),
+        (8, 1e-3, (2, False)),  # heavy: two workers cost < 5 % more and keep the envs isolated
+        (16, 150e-6, (2, False)),
+        (1, 1e-3, (0, True)),  # one heavy env: a worker's wake-up adds 7 %
+    ],
+)
+def test_choose_on_two_cores(num_envs, t_env, expected):
+    plan = choose(num_envs, CORES, t_env)
+    assert (plan.n_workers, plan.main_shard) == expected
+    assert plan.reason.startswith("auto: ") and plan.t_env == t_env
+
+
+@pytest.mark.parametrize("cores", [1, 2, 4, 16])
+@pytest.mark.parametrize("num_envs", [1, 3, 8, 64, 257])
+@pytest.mark.parametrize("t_env", [1e-6, 7e-6, 100e-6, 5e-3])
+def test_choice_is_near_the_models_best_and_valid(cores, num_envs, t_env):
+    plan = choose(num_envs, cores, t_env)
+    lanes = plan.n_workers + plan.main_shard
+    assert 1 <= lanes <= min(num_envs, cores)
+    best = min(predicted_step_time(num_envs, cores, t_env, k, main) for k, main in candidates(num_envs, cores))
+    assert best / predicted_step_time(num_envs, cores, t_env, plan.n_workers, plan.main_shard) >= 1 - ISOLATION_TOLERANCE
+
+
+def test_the_model_is_a_training_loop_where_workers_wake_up_each_step():
+    training = predicted_step_time(8, CORES, 7e-6, 1, True)
+    bare = predicted_step_time(8, CORES, 7e-6, 1, True, caller_computes=False)
+    assert training - bare == pytest.approx(autoconfig.T_SYNC_BLOCK)
+    assert predicted_step_time(8, CORES, 7e-6, 0, True) == predicted_step_time(8, CORES, 7e-6, 0, True, caller_computes=False)
+    assert bare < predicted_step_time(8, CORES, 7e-6, 0, True) < training  # in a bare loop a worker would pay
+
+
+def test_one_core_runs_in_process_for_light_envs():
+    assert (choose(64, 1, 7e-6).n_workers, choose(64, 1, 7e-6).main_shard) == (0, True)
+
+
+def test_main_shard_given_restricts_the_choice():
+    assert choose(8, CORES, 1e-3, main_shard=True).main_shard is True
+    assert choose(64, CORES, 7e-6, main_shard=False).main_shard is False
+
+
+def test_candidates_are_every_lane_count_up_to_the_cores():
+    assert candidates(8, 2) == [(0, True), (1, False), (1, True), (2, False)]
+    assert candidates(1, 4) == [(0, True), (1, False)]
+
+
+def test_waits_spin_longer_only_when_every_busy_process_has_a_core():
+    light = choose(64, CORES, 7e-6)  # main + 1 worker on 2 cores: the main process spins through the worker's shard
+    assert light.main_spin == pytest.approx(2 * 32 * (7e-6 + autoconfig.T_WRITE_PER_ENV))
+    assert 200e-6 < light.worker_spin <= MAX_SPIN and light.tight_loop_spin
+    heavy = choose(16, CORES, 150e-6)  # 2 workers of 8 x 150 µs: no spin covers that wait, so it blocks
+    assert (heavy.n_workers, heavy.main_spin) == (2, 200e-6)
+    two = explicit(64, CORES, 2, False)  # 2 workers on 2 cores; the main process only waits, sharing a core
+    assert (two.main_spin, two.worker_spin, two.tight_loop_spin) == (autoconfig.SHARED_CORE_SPIN, 200e-6, True)
+    assert explicit(64, 4, 2, False).main_spin == MAX_SPIN  # a core of its own: it spins as long as it may
+    crowded = explicit(64, CORES, 3, False)  # more workers than cores: short spins
+    assert (crowded.main_spin, crowded.worker_spin, crowded.tight_loop_spin) == (200e-6, 200e-6, False)
+    assert explicit(64, CORES, 1, True).tight_loop_spin  # main shard + 1 worker fit 2 cores
+    assert not explicit(64, CORES, 2, True).tight_loop_spin  # 3 lanes on 2 cores do not
+    never = choose(64, CORES, 7e-6, max_spin=0.0)  # max_spin=0 always blocks
+    assert (never.worker_spin, never.main_spin, never.tight_loop_spin) == (0.0, 0.0, False)
+
+
+def test_a_main_process_sharing_a_core_spins_only_through_short_shards():
+    per_env = 7e-6 + autoconfig.T_WRITE_PER_ENV
+    # max_spin=50 µs: the spins below are the plan's, not that floor
+    short = autoconfig._with_waits(16, CORES, 7e-6, 2, False, 50e-6, "timed")  # shards of 8 envs: ~120 µs
+    assert short.main_spin == pytest.approx(2 * 8 * per_env)
+    long = autoconfig._with_waits(64, CORES, 7e-6, 2, False, 50e-6, "timed")  # 32 envs: ~470 µs, beyond the limit
+    assert 2 * 32 * per_env > autoconfig.SHARED_CORE_SPIN and long.main_spin == 50e-6
+    alone = autoconfig._with_waits(64, 4, 7e-6, 2, False, 50e-6, "timed")  # the same shards, a free core
+    assert alone.main_spin == pytest.approx(2 * 32 * per_env)
+
+
+def test_explicit_is_obeyed():
+    plan = explicit(64, CORES, 5, False)
+    assert (plan.n_workers, plan.main_shard, plan.reason) == (5, False, "n_workers=5 given")
+    assert explicit(4, CORES, 1, True).constructor_args() == "n_workers=1, main_shard=True"
+
+
+def test_plan_pool_falls_back_to_workers_when_env0_cannot_be_timed():
+    def broken():
+        raise RuntimeError("no env here")
+
+    plan = autoconfig.plan_pool(None, None, 200e-6, [broken] * 4)
+    assert (plan.n_workers, plan.main_shard) == (min(4, autoconfig.usable_cores()), False)
+    assert "timing env 0 failed (RuntimeError)" in plan.reason
+
+
+def test_time_env_step_measures_and_closes():
+    closed = []
+
+    class Slow(gym.Wrapper):
+        def step(self, action):
+            for _ in range(2000):
+                pass
+            return super().step(action)
+
+        def close(self):
+            closed.append(True)
+            super().close()
+
+    t_fast = autoconfig.time_env_step(cartpole)
+    t_slow = autoconfig.time_env_step(lambda: Slow(cartpole()))
+    assert 0 < t_fast < t_slow and closed == [True]
+
+
+# ==== pools built with n_workers=None ======================================================
+
+
+def test_default_pool_works_equals_sync_and_says_what_it_chose(closing, caplog):
+    with caplog.at_level(logging.INFO, logger="shmvec"):
+        shm = closing(ShmVectorEnv([cartpole] * 6, start_method="fork", autoreset_mode=AutoresetMode.SAME_STEP))
+    ref = closing(SyncVectorEnv([cartpole] * 6, autoreset_mode=AutoresetMode.SAME_STEP))
+    plan = shm._pool.plan
+    chosen = f"n_workers={plan.n_workers}, main_shard={plan.main_shard}, why={plan.reason!r}"
+    described = f"{chosen}, omp_spin={shm._pool.omp_spin!r}"
+    assert repr(shm) == f"ShmVectorEnv(num_envs=6, {described})"
+    assert repr(shm._pool) == f"ShmPool(num_envs=6, {described})"
+    assert "why='auto: " in repr(shm) and shm.n_workers == plan.n_workers
+    assert any(chosen in record.getMessage() for record in caplog.records)
+    assert_same(shm.reset(seed=3), ref.reset(seed=3))
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        actions = rng.integers(0, 2, size=6)
+        assert_same(shm.step(actions), ref.step(actions))
+
+
+def test_default_sb3_pool_repr(closing):
+    shm = closing(ShmPoolVecEnv([cartpole] * 3, start_method="fork"))
+    assert repr(shm).startswith("ShmPoolVecEnv(num_envs=3, n_workers=")
+    assert "why='auto: " in repr(shm)
+    shm.reset()
+    obs, rewards, dones, infos = shm.step(np.zeros(3, dtype=np.int64))
+    assert obs.shape == (3, 4) and len(infos) == 3
+
+
+def test_explicit_n_workers_gives_exactly_that_many_workers_and_no_main_shard(closing):
+    shm = closing(ShmPoolVecEnv([cartpole] * 3, 3, start_method="fork"))
+    plan = shm._pool.plan
+    assert (plan.n_workers, plan.main_shard, plan.reason) == (3, False, "n_workers=3 given")
+    assert len(shm._pool.links) == 3 and shm._pool.main is None
+
+
+@pytest.mark.parametrize("caller_time, expected", [(10e-6, NextWait.SPIN), (1e-3, NextWait.BLOCK)])
+def test_workers_spin_for_the_next_step_only_while_the_caller_comes_straight_back(closing, monkeypatch, caller_time, expected):
+    clock = [100.0]
+    fake_time = types.SimpleNamespace(perf_counter=lambda: clock[0], monotonic=time.monotonic)
+    monkeypatch.setattr(pool_module, "time", fake_time)  # the pool's clock only
+    shm = closing(ShmPoolVecEnv([cartpole] * 2, n_workers=1, start_method="fork"))
+    assert shm._pool.plan.tight_loop_spin  # one worker fits the cores
+    shm.reset()
+    shm.step(np.zeros(2, dtype=np.int64))
+    clock[0] += caller_time  # the caller's time between two steps
+    shm.step(np.zeros(2, dtype=np.int64))
+    assert shm._pool.links[0].ctrl[lay.CTRL_NEXT_WAIT] == expected
+
+
+def test_workers_of_an_oversubscribed_pool_wait_as_their_own_policy_says(closing):
+    shm = closing(ShmPoolVecEnv([cartpole] * 4, n_workers=autoconfig.usable_cores() + 1, start_method="fork"))
+    assert not shm._pool.plan.tight_loop_spin
+    shm.reset()
+    for _ in range(3):
+        shm.step(np.zeros(4, dtype=np.int64))
+    assert {link.ctrl[lay.CTRL_NEXT_WAIT] for link in shm._pool.links} == {NextWait.OWN}
+
+
+def test_a_slower_machine_keeps_few_light_envs_in_process():
+    fast, slow = choose(4, CORES, 60e-6, scale=1.0), choose(4, CORES, 60e-6, scale=3.0)
+    assert (fast.n_workers, fast.main_shard) == (1, True)  # a round trip pays for one env's step
+    assert (slow.n_workers, slow.main_shard) == (0, True)  # three times the overheads: it does not
+    assert predicted_step_time(64, CORES, 7e-6, 1, True, scale=2.0) > predicted_step_time(64, CORES, 7e-6, 1, True)
+
+
+def test_machine_scale_times_the_reference_loop(monkeypatch):
+    clock = iter(range(0, 1000, 2))  # every timed batch takes 2 s on the fake clock
+    monkeypatch.setattr(autoconfig.time, "perf_counter", lambda: next(clock))
+    assert autoconfig.machine_scale(repeats=4, batches=3) == pytest.approx(0.5 / autoconfig.REFERENCE_LOOP_TIME)
+
+
+def test_async_batches_put_every_env_in_a_worker_unless_told_otherwise(closing):
+    chosen = closing(ShmVectorEnv([cartpole] * 4, batch_size=2, start_method="fork"))
+    assert chosen._pool.main is None and chosen.n_workers >= 1  # a main shard would step inside send()
+    told = closing(ShmVectorEnv([cartpole] * 4, batch_size=2, main_shard=True, start_method="fork"))
+    assert told._pool.main is not None
+    sync = closing(ShmVectorEnv([cartpole] * 4, start_method="fork"))
+    assert sync._pool.plan.reason.startswith("auto: ") and sync._pool.plan.main_shard  # light envs, sync: in-process

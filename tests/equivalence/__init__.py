@@ -1,0 +1,1 @@
+"""Property-based equivalence with the references across layers and both adapters (Hypothesis)."""

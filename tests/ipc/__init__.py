@@ -1,0 +1,1 @@
+"""Tests of shmvec.ipc: shared-memory layout, signals, hand-off protocol, action rows, leftovers."""

@@ -1,0 +1,1 @@
+"""Tests of shmvec.tools: the tuner."""

@@ -1,0 +1,69 @@
+"""``python -m shmvec.tune``: a short run measures every implementation and recommends what
+``n_workers=None`` chooses (no timing asserts: only that it runs and agrees with autoconfig)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from shmvec.engine import plan as autoconfig
+from shmvec.tools import tune
+from shmvec.tools.stand_in import stand_in_policy
+
+
+def test_tuner_smoke_json(capsys):
+    assert tune.main(["CartPole-v1", "--num-envs", "2", "--seconds", "0.01", "--repeats", "1", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    names = [row["name"] for row in found["rows"]]
+    assert {"DummyVecEnv", "SubprocVecEnv", "SyncVectorEnv", "AsyncVectorEnv"} <= set(names)
+    assert "shmvec n_workers=0, main_shard=True" in names and "shmvec n_workers=1" in names
+    assert all(row["steps_per_s"] and row["error"] is None for row in found["rows"]), found["rows"]
+    rec = found["recommended"]
+    plan = autoconfig.choose(2, found["cores"], found["t_env_us"] * 1e-6, scale=found["machine_scale"])  # n_workers=None's choice
+    assert (rec["n_workers"], rec["main_shard"]) == (plan.n_workers, plan.main_shard)
+
+
+def test_tuner_table_and_module_callable(capsys):
+    assert tune.main(["gymnasium.envs.classic_control:CartPoleEnv", "--num-envs", "1", "--seconds", "0.01", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "recommended: ShmPoolVecEnv(env_fns)" in out and "DummyVecEnv" in out
+
+
+CALLS = []
+
+
+def count_calls(obs):
+    """A user's policy for ``--policy tests.tools.test_tune:count_calls``-style loading."""
+    CALLS.append(obs.shape)
+
+
+def test_the_policy_runs_between_steps_and_the_recommendation_is_still_the_default(capsys):
+    CALLS.clear()
+    args = ["CartPole-v1", "--num-envs", "3", "--seconds", "0.01", "--repeats", "1", "--json"]
+    assert tune.main([*args, "--policy", "tests.tools.test_tune:count_calls"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["policy"] == "tests.tools.test_tune:count_calls" and CALLS and set(CALLS) == {(3, 4)}
+    plan = autoconfig.choose(3, found["cores"], found["t_env_us"] * 1e-6, scale=found["machine_scale"])
+    assert (found["recommended"]["n_workers"], found["recommended"]["main_shard"]) == (plan.n_workers, plan.main_shard)
+    assert all(row["predicted_steps_per_s"] is None for row in found["rows"])  # the model leaves a policy's time out
+    assert tune.main([*args, "--policy", "none"]) == 0
+    bare = json.loads(capsys.readouterr().out)
+    assert bare["policy"] == "none" and any(row["predicted_steps_per_s"] for row in bare["rows"])
+
+
+def test_a_policy_that_does_not_fit_is_refused_before_measuring(capsys):
+    with pytest.raises(SystemExit):
+        tune.main(["CartPole-v1", "--policy", "cnn"])
+    assert "84x84 frames" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tune.main(["CartPole-v1", "--policy", "nosuchmodule:fn"])
+
+
+def test_stand_in_policies_take_a_batch():
+    torch = pytest.importorskip("torch")
+    cnn = stand_in_policy("cnn", (84, 84, 4), n_actions=4)
+    assert cnn(np.zeros((2, 84, 84, 4), np.uint8)).shape == torch.Size([2, 4])
+    assert stand_in_policy("cnn", (4, 84, 84))(np.zeros((1, 4, 84, 84), np.uint8)).shape == torch.Size([1, 2])
+    assert stand_in_policy("none", (4,)) is None
