@@ -94,15 +94,23 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         for checkout in (HERE, os.path.abspath(args.other)):
             env = {**os.environ, "PYTHONPATH": checkout}  # this checkout's shmvec, not the installed one
-            out = subprocess.run([sys.executable, __file__, *child_argv, "--child"], env=env, cwd=checkout,
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, *child_argv, "--child"],
+                env=env,
+                cwd=checkout,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             row = json.loads(out.strip().splitlines()[-1])
             rows.setdefault(checkout, []).append(row)
             print(f"{checkout}: {row['vs_sync']:.2f}x SyncVectorEnv, {row['vs_dummy']:.2f}x DummyVecEnv", flush=True)
     for checkout, found in rows.items():
-        print(f"{checkout}: median {statistics.median(r['vs_sync'] for r in found):.2f}x SyncVectorEnv, "
-              f"{statistics.median(r['vs_dummy'] for r in found):.2f}x DummyVecEnv, "
-              f"{statistics.median(r['steps_per_s'] for r in found):,.0f} steps/s ({len(found)} processes)")
+        print(
+            f"{checkout}: median {statistics.median(r['vs_sync'] for r in found):.2f}x SyncVectorEnv, "
+            f"{statistics.median(r['vs_dummy'] for r in found):.2f}x DummyVecEnv, "
+            f"{statistics.median(r['steps_per_s'] for r in found):,.0f} steps/s ({len(found)} processes)"
+        )
     return 0
 
 

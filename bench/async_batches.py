@@ -60,8 +60,15 @@ class BatchLoop:
     ``batch_size`` env steps.
     """
 
-    def __init__(self, name: str, env_fns: Sequence[Callable], batch_size: int, n_workers: int,
-                 policy_seconds: float = 0.0, start_method: str = "fork"):
+    def __init__(
+        self,
+        name: str,
+        env_fns: Sequence[Callable],
+        batch_size: int,
+        n_workers: int,
+        policy_seconds: float = 0.0,
+        start_method: str = "fork",
+    ):
         from shmvec import ShmVectorEnv
 
         self.name, self.batch_size = name, batch_size
@@ -114,11 +121,21 @@ class Comparison:
         return "PASS" if self.ratio >= self.target else "FAIL"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "candidate": self.candidate, "baseline": self.baseline, "target": self.target,
-                "samples": self.samples, "ratio": self.ratio, "status": self.status, "note": self.note}
+        return {
+            "name": self.name,
+            "candidate": self.candidate,
+            "baseline": self.baseline,
+            "target": self.target,
+            "samples": self.samples,
+            "ratio": self.ratio,
+            "status": self.status,
+            "note": self.note,
+        }
 
 
-def take_turns(loops: Sequence[BatchLoop], timing: Timing, on_sample: Callable[[], None] | None = None) -> dict[str, list[float]]:
+def take_turns(
+    loops: Sequence[BatchLoop], timing: Timing, on_sample: Callable[[], None] | None = None
+) -> dict[str, list[float]]:
     """Env steps/s of each loop: warm up, then ``timing.repeats`` samples each, round-robin, order rotated."""
     sizes = []
     for loop in loops:
@@ -138,8 +155,14 @@ def take_turns(loops: Sequence[BatchLoop], timing: Timing, on_sample: Callable[[
     return samples
 
 
-def compare(name: str, target: float, candidate: Callable[[], BatchLoop], baseline: Callable[[], BatchLoop],
-            timing: Timing, on_sample: Callable[[], None] | None = None) -> Comparison:
+def compare(
+    name: str,
+    target: float,
+    candidate: Callable[[], BatchLoop],
+    baseline: Callable[[], BatchLoop],
+    timing: Timing,
+    on_sample: Callable[[], None] | None = None,
+) -> Comparison:
     """Build both loops, time them in turns, close them."""
     loops: list[BatchLoop] = []
     try:
@@ -152,27 +175,55 @@ def compare(name: str, target: float, candidate: Callable[[], BatchLoop], baseli
     return Comparison(name, loops[0].name, loops[1].name, target, samples)
 
 
-def stragglers(timing: Timing = ASYNC_TIMING, n: int = 8, n_workers: int = 2, fast: float = 100e-6, slow: float = 2e-3,
-               on_sample: Callable[[], None] | None = None) -> Comparison:
+def stragglers(
+    timing: Timing = ASYNC_TIMING,
+    n: int = 8,
+    n_workers: int = 2,
+    fast: float = 100e-6,
+    slow: float = 2e-3,
+    on_sample: Callable[[], None] | None = None,
+) -> Comparison:
     """One slow env among ``n``: ``batch_size=n//2`` vs ``n`` (sync), env steps/s. Target 3x."""
     fns = straggler_env_fns(n, fast, slow)
-    c = compare("stragglers", 3.0,
-                lambda: BatchLoop(f"batch_size={n // 2}", fns, n // 2, n_workers),
-                lambda: BatchLoop(f"batch_size={n}", fns, n, n_workers), timing, on_sample)
-    c.note = (f"{n} envs busy-waiting {fast * 1e6:.0f} µs per step, env 0 {slow * 1e6:.0f} µs; "
-              f"n_workers={n_workers}; no policy")
+    c = compare(
+        "stragglers",
+        3.0,
+        lambda: BatchLoop(f"batch_size={n // 2}", fns, n // 2, n_workers),
+        lambda: BatchLoop(f"batch_size={n}", fns, n, n_workers),
+        timing,
+        on_sample,
+    )
+    c.note = (
+        f"{n} envs busy-waiting {fast * 1e6:.0f} µs per step, env 0 {slow * 1e6:.0f} µs; "
+        f"n_workers={n_workers}; no policy"
+    )
     return c
 
 
-def overlap(timing: Timing = ASYNC_TIMING, n: int = 16, n_workers: int = 2, env_cost: float = 250e-6,
-            policy: float = 1e-3, on_sample: Callable[[], None] | None = None) -> Comparison:
-    """Policy on one batch while the workers step the other: 2 batches of ``n//2`` vs sync, env steps/s. Target 1.35x."""
+def overlap(
+    timing: Timing = ASYNC_TIMING,
+    n: int = 16,
+    n_workers: int = 2,
+    env_cost: float = 250e-6,
+    policy: float = 1e-3,
+    on_sample: Callable[[], None] | None = None,
+) -> Comparison:
+    """Policy on one batch while the workers step the other: 2 batches of ``n//2`` vs sync, env steps/s.
+
+    Target 1.35x."""
     fns = [functools.partial(SyntheticEnv, step_cost=env_cost)] * n
-    c = compare("overlap", 1.35,
-                lambda: BatchLoop(f"2 batches of {n // 2}", fns, n // 2, n_workers, policy),
-                lambda: BatchLoop(f"sync {n}", fns, n, n_workers, policy), timing, on_sample)
-    c.note = (f"{n} envs busy-waiting {env_cost * 1e6:.0f} µs per step, n_workers={n_workers}; "
-              f"policy sleeps {policy * 1e3:g} ms per call (GPU-like: the CPU is free)")
+    c = compare(
+        "overlap",
+        1.35,
+        lambda: BatchLoop(f"2 batches of {n // 2}", fns, n // 2, n_workers, policy),
+        lambda: BatchLoop(f"sync {n}", fns, n, n_workers, policy),
+        timing,
+        on_sample,
+    )
+    c.note = (
+        f"{n} envs busy-waiting {env_cost * 1e6:.0f} µs per step, n_workers={n_workers}; "
+        f"policy sleeps {policy * 1e3:g} ms per call (GPU-like: the CPU is free)"
+    )
     return c
 
 
@@ -191,8 +242,13 @@ def parse_timing(stdout: str) -> dict[str, float]:
 
 def run_ppo(script: str, args: Sequence[str], timeout: float = 1800) -> dict[str, float]:
     """Run ``examples/<script>`` with ``args`` in a fresh interpreter; its TIMING seconds and last return."""
-    done = subprocess.run([sys.executable, os.path.join(EXAMPLES, script), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{script} {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     result = parse_timing(done.stdout)
@@ -226,19 +282,43 @@ class PpoComparison:
         return f"python examples/ppo_{who}.py {' '.join(self.common_args + extra)}"
 
     def to_dict(self) -> dict:
-        return {"commands": {w: self.command(w) for w in self.runs}, "runs": self.runs, "target": self.target,
-                "rollout_ratio": self.ratio("rollout"), "total_ratio": self.ratio("total"), "status": self.status}
+        return {
+            "commands": {w: self.command(w) for w in self.runs},
+            "runs": self.runs,
+            "target": self.target,
+            "rollout_ratio": self.ratio("rollout"),
+            "total_ratio": self.ratio("total"),
+            "status": self.status,
+        }
 
 
-def ppo(total_timesteps: int = 50_000, repeats: int = 3, num_envs: int = 16, batch_size: int = 8, n_workers: int = 2,
-        env_id: str = "CartPole-v1", seed: int = 1, on_sample: Callable[[], None] | None = None) -> PpoComparison:
+def ppo(
+    total_timesteps: int = 50_000,
+    repeats: int = 3,
+    num_envs: int = 16,
+    batch_size: int = 8,
+    n_workers: int = 2,
+    env_id: str = "CartPole-v1",
+    seed: int = 1,
+    on_sample: Callable[[], None] | None = None,
+) -> PpoComparison:
     """Run the two PPO examples ``repeats`` times each, alternating (order rotated)."""
-    common = ["--env-id", env_id, "--total-timesteps", str(total_timesteps), "--num-envs", str(num_envs),
-              "--n-workers", str(n_workers), "--seed", str(seed)]
+    common = [
+        "--env-id",
+        env_id,
+        "--total-timesteps",
+        str(total_timesteps),
+        "--num-envs",
+        str(num_envs),
+        "--n-workers",
+        str(n_workers),
+        "--seed",
+        str(seed),
+    ]
     comparison = PpoComparison(common, ["--batch-size", str(batch_size)])
     order = ["sync", "async"]
     for r in range(repeats):
-        for who in order[r % 2:] + order[: r % 2]:
+        for who in order[r % 2 :] + order[: r % 2]:
             extra = comparison.async_args if who == "async" else []
             comparison.runs[who].append(run_ppo(f"ppo_{who}.py", common + extra))
             if on_sample:
@@ -279,12 +359,18 @@ class AsyncSection:
     ppo: list[tuple[str, PpoComparison]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"micro": [{**c.to_dict(), "ideal": i} for c, i in zip(self.micro, self.ideals)],
-                "ppo": [{"why": why, **p.to_dict()} for why, p in self.ppo]}
+        return {
+            "micro": [{**c.to_dict(), "ideal": i} for c, i in zip(self.micro, self.ideals)],
+            "ppo": [{"why": why, **p.to_dict()} for why, p in self.ppo],
+        }
 
 
-def run_section(timing: Timing = ASYNC_TIMING, ppo_timesteps: int = 50_000, ppo_repeats: int = 3,
-                on_sample: Callable[[], None] | None = None) -> AsyncSection:
+def run_section(
+    timing: Timing = ASYNC_TIMING,
+    ppo_timesteps: int = 50_000,
+    ppo_repeats: int = 3,
+    on_sample: Callable[[], None] | None = None,
+) -> AsyncSection:
     """Stragglers (the issue's sizes and one twice as heavy), overlap, and the PPO examples."""
     section = AsyncSection()
     for fast, slow in ((100e-6, 2e-3), (200e-6, 4e-3)):
@@ -293,7 +379,9 @@ def run_section(timing: Timing = ASYNC_TIMING, ppo_timesteps: int = 50_000, ppo_
     section.micro.append(overlap(timing, on_sample=on_sample))
     section.ideals.append(overlap_ideal(16, 2, 250e-6, 1e-3))
     for env_id, n_workers, why in PPO_CONFIGS:
-        section.ppo.append((why, ppo(ppo_timesteps, ppo_repeats, n_workers=n_workers, env_id=env_id, on_sample=on_sample)))
+        section.ppo.append(
+            (why, ppo(ppo_timesteps, ppo_repeats, n_workers=n_workers, env_id=env_id, on_sample=on_sample))
+        )
     return section
 
 
@@ -307,33 +395,54 @@ def markdown(section: AsyncSection, machine: str, command: str, timing: Timing, 
 
     rows = []
     for c, ideal in zip(section.micro, section.ideals):
-        rows.append([c.status, c.name, c.note, f"{c.candidate}: {_steps(c.median(c.candidate))}",
-                     f"{c.baseline}: {_steps(c.median(c.baseline))}", f"{c.ratio:.2f}x", f">= {c.target}x", f"{ideal:.2f}x"])
+        rows.append(
+            [
+                c.status,
+                c.name,
+                c.note,
+                f"{c.candidate}: {_steps(c.median(c.candidate))}",
+                f"{c.baseline}: {_steps(c.median(c.baseline))}",
+                f"{c.ratio:.2f}x",
+                f">= {c.target}x",
+                f"{ideal:.2f}x",
+            ]
+        )
     for why, p in section.ppo:
         env = p.common_args[p.common_args.index("--env-id") + 1]
         workers = p.common_args[p.common_args.index("--n-workers") + 1]
         what = f"PPO {env}, 16 envs, batch 8, n_workers={workers} ({why})"
         for key, target in (("rollout", p.target), ("total", None)):
             status = ("PASS" if p.ratio(key) >= target else "FAIL") if target else ""
-            rows.append([status, f"ppo {key}", what, f"async: {p.median('async', key):.2f} s",
-                         f"sync: {p.median('sync', key):.2f} s", f"{p.ratio(key):.2f}x",
-                         f">= {target}x" if target else "(none)", ""])
+            rows.append(
+                [
+                    status,
+                    f"ppo {key}",
+                    what,
+                    f"async: {p.median('async', key):.2f} s",
+                    f"sync: {p.median('sync', key):.2f} s",
+                    f"{p.ratio(key):.2f}x",
+                    f">= {target}x" if target else "(none)",
+                    "",
+                ]
+            )
     returns = "; ".join(
         f"{p.common_args[1]}: sync {p.median('sync', 'last_return'):.0f}, async {p.median('async', 'last_return'):.0f}"
         for _, p in section.ppo
     )
     commands = "\n".join(f"    {p.command(w)}" for _, p in section.ppo for w in ("sync", "async"))
-    return "\n\n".join([
-        HEADING,
-        f"Machine: {machine}. Command: `{command}`. Env steps/s are medians of {timing.repeats} round-robin "
-        f"samples of ~{timing.block_time} s after {timing.warmup_time} s warm-up, both configurations alive in one "
-        f"process; the PPO rows are medians of {ppo_repeats} runs of each script, taking turns (seconds from their "
-        "`TIMING` line; ratio = sync seconds / async seconds). Ideal: the ratio with no overhead at all.",
-        table(["", "comparison", "workload", "async batches", "sync", "ratio", "target", "ideal"], rows),
-        f"Mean episodic return (last 20 episodes) at the end of the PPO runs, medians: {returns}. The PPO runs:\n\n"
-        + commands,
-        WHY,
-    ])
+    return "\n\n".join(
+        [
+            HEADING,
+            f"Machine: {machine}. Command: `{command}`. Env steps/s are medians of {timing.repeats} round-robin "
+            f"samples of ~{timing.block_time} s after {timing.warmup_time} s warm-up, both configurations alive in one "
+            f"process; the PPO rows are medians of {ppo_repeats} runs of each script, taking turns (seconds from their "
+            "`TIMING` line; ratio = sync seconds / async seconds). Ideal: the ratio with no overhead at all.",
+            table(["", "comparison", "workload", "async batches", "sync", "ratio", "target", "ideal"], rows),
+            f"Mean episodic return (last 20 episodes) at the end of the PPO runs, medians: {returns}. The PPO runs:\n\n"
+            + commands,
+            WHY,
+        ]
+    )
 
 
 WHY = """What limits the ratios (profiles of the main process with cProfile on this machine):

@@ -162,12 +162,21 @@ IMPLS: dict[str, Impl] = {
         Impl("shm_gym_main", "shmvec ShmVectorEnv main_shard", "gym", True, False, "shared memory", _shm_gym_main),
         Impl("shm_sb3_auto", "shmvec ShmPoolVecEnv default", "sb3", False, False, "shared memory", _shm_sb3_auto),
         Impl("shm_gym_auto", "shmvec ShmVectorEnv default", "gym", False, False, "shared memory", _shm_gym_auto),
-        Impl("shm_sb3_zero_copy", "shmvec ShmPoolVecEnv(copy=False)", "sb3", False, False, "shared memory, no copy",
-             _shm_sb3_zero_copy),
+        Impl(
+            "shm_sb3_zero_copy",
+            "shmvec ShmPoolVecEnv(copy=False)",
+            "sb3",
+            False,
+            False,
+            "shared memory, no copy",
+            _shm_sb3_zero_copy,
+        ),
         Impl("dummy", "SB3 DummyVecEnv", "sb3", False, False, "in-process copy", _dummy),
         Impl("subproc", "SB3 SubprocVecEnv", "sb3", False, True, "pickled over pipes", _subproc),
         Impl("sync", "Gymnasium SyncVectorEnv", "gym", False, False, "in-process copy", _sync),
-        Impl("sync_same", "Gymnasium SyncVectorEnv(SAME_STEP)", "gym", False, False, "in-process copy", _sync_same_step),
+        Impl(
+            "sync_same", "Gymnasium SyncVectorEnv(SAME_STEP)", "gym", False, False, "in-process copy", _sync_same_step
+        ),
         Impl("async", "Gymnasium AsyncVectorEnv(shm)", "gym", False, True, "shared memory (infos pickled)", _async),
     ]
 }

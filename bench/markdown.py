@@ -98,7 +98,14 @@ def overhead_table(fits: dict[str, OverheadFit]) -> str:
     for tag in _tag_order(fits):
         f = fits[tag]
         measured = dict(f.points)
-        rows.append([tag, f"{f.a * 1e6:.1f}", f"{f.b * 1e6:.2f}", *(f"{measured[n] * 1e6:.1f}" if n in measured else "" for n in ns)])
+        rows.append(
+            [
+                tag,
+                f"{f.a * 1e6:.1f}",
+                f"{f.b * 1e6:.2f}",
+                *(f"{measured[n] * 1e6:.1f}" if n in measured else "" for n in ns),
+            ]
+        )
     return table(["impl", "a (µs)", "b (µs/env)", *(f"N={n} (µs)" for n in ns)], rows)
 
 
@@ -112,18 +119,32 @@ def model_table(points: Sequence[ModelPoint]) -> str:
         pts = by_tag[tag]
         err = statistics.median(abs(p.fps / p.fps_model - 1) for p in pts)
         best = max(pts, key=lambda p: p.fps / p.machine_ideal)
-        rows.append([
-            tag, len(pts), f"{err * 100:.0f} %",
-            f"{statistics.median(p.efficiency for p in pts):.2f}",
-            f"{best.fps / best.machine_ideal:.2f} ({best.workload}, N={best.n})",
-        ])
-    return table(["impl", "points", "median abs error of model", "median efficiency (fps / (P/t_env))",
-                  "best fraction of machine ideal (cores/t_env)"], rows)
+        rows.append(
+            [
+                tag,
+                len(pts),
+                f"{err * 100:.0f} %",
+                f"{statistics.median(p.efficiency for p in pts):.2f}",
+                f"{best.fps / best.machine_ideal:.2f} ({best.workload}, N={best.n})",
+            ]
+        )
+    return table(
+        [
+            "impl",
+            "points",
+            "median abs error of model",
+            "median efficiency (fps / (P/t_env))",
+            "best fraction of machine ideal (cores/t_env)",
+        ],
+        rows,
+    )
 
 
 def env_cost_table(t_env: dict[str, float]) -> str:
-    return table(["env", "raw step (µs)", "serial ideal (steps/s)"],
-                 [[env, f"{t * 1e6:.1f}", fmt_fps(1 / t)] for env, t in t_env.items()])
+    return table(
+        ["env", "raw step (µs)", "serial ideal (steps/s)"],
+        [[env, f"{t * 1e6:.1f}", fmt_fps(1 / t)] for env, t in t_env.items()],
+    )
 
 
 def memory_table(results: Sequence[MemoryResult]) -> str:
@@ -132,10 +153,31 @@ def memory_table(results: Sequence[MemoryResult]) -> str:
         if m.error:
             rows.append([m.config.tag, m.config.n, m.transport, "error", m.error, "", "", ""])
             continue
-        rows.append([m.config.tag, m.config.n, m.transport, m.processes, _mib(m.pss), _mib(m.uss), _mib(m.rss),
-                     f"{m.obs_bytes / 2**20:.2f}"])
-    return table(["impl", "N", "observations travel", "extra processes", "PSS (MiB)", "USS (MiB)", "RSS (MiB)",
-                  "one obs batch (MiB)"], rows)
+        rows.append(
+            [
+                m.config.tag,
+                m.config.n,
+                m.transport,
+                m.processes,
+                _mib(m.pss),
+                _mib(m.uss),
+                _mib(m.rss),
+                f"{m.obs_bytes / 2**20:.2f}",
+            ]
+        )
+    return table(
+        [
+            "impl",
+            "N",
+            "observations travel",
+            "extra processes",
+            "PSS (MiB)",
+            "USS (MiB)",
+            "RSS (MiB)",
+            "one obs batch (MiB)",
+        ],
+        rows,
+    )
 
 
 def targets_table(checks: Sequence[Check]) -> str:
@@ -144,6 +186,16 @@ def targets_table(checks: Sequence[Check]) -> str:
         t = c.target
         ratio = f"{c.ratio:.2f}x" if c.ratio is not None else c.note
         fps = f"{fmt_fps(c.shm_fps)} / {fmt_fps(c.base_fps)}" if c.ratio is not None else ""
-        rows.append([c.status, t.group, f"{c.impl} K={t.k}", f"{t.baseline}", f"{t.workload} N={t.n}", ratio,
-                     f">= {t.min_ratio}x", fps])
+        rows.append(
+            [
+                c.status,
+                t.group,
+                f"{c.impl} K={t.k}",
+                f"{t.baseline}",
+                f"{t.workload} N={t.n}",
+                ratio,
+                f">= {t.min_ratio}x",
+                fps,
+            ]
+        )
     return table(["", "target", "shmvec", "vs", "env", "measured", "needed", "steps/s (shm / base)"], rows)

@@ -244,7 +244,9 @@ def plan_grid(
             continue
         for n in sorted(set(ns)):
             if workload.obs_bytes * n > max_bytes:
-                plan.skipped.append(f"{wname} N={n}: {workload.obs_bytes * n / 2**20:.0f} MiB of observations > max_bytes")
+                plan.skipped.append(
+                    f"{wname} N={n}: {workload.obs_bytes * n / 2**20:.0f} MiB of observations > max_bytes"
+                )
                 continue
             cell = []
             for impl in available:

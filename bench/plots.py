@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from bench.impls import BASELINE  # noqa: E402
 from bench.measure import Result  # noqa: E402
-from bench.overhead import OverheadFit, ModelPoint  # noqa: E402
+from bench.overhead import ModelPoint, OverheadFit  # noqa: E402
 from bench.workloads import get_workload  # noqa: E402
 
 
@@ -68,10 +68,17 @@ def overhead_plot(fits: dict[str, OverheadFit], path: str) -> str:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for tag, fit in sorted(fits.items()):
         ns = [n for n, _ in fit.points]
-        line = ax.plot(ns, [t * 1e6 for _, t in fit.points], "o", label=f"{tag}: {fit.a*1e6:.1f} + {fit.b*1e6:.2f}·N µs")
+        line = ax.plot(
+            ns, [t * 1e6 for _, t in fit.points], "o", label=f"{tag}: {fit.a * 1e6:.1f} + {fit.b * 1e6:.2f}·N µs"
+        )
         ax.plot(ns, [fit.t_overhead(n) * 1e6 for n in ns], "-", color=line[0].get_color(), alpha=0.6)
-    ax.set(xscale="log", yscale="log", xlabel="N (envs)", ylabel="µs per vector step (no env work)",
-           title="Per-step overhead (zero-cost env)")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="N (envs)",
+        ylabel="µs per vector step (no env work)",
+        title="Per-step overhead (zero-cost env)",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, path)
@@ -86,8 +93,13 @@ def model_plot(points: Sequence[ModelPoint], path: str) -> str:
     for tag, pts in sorted(by_tag.items()):
         ax.plot([p.efficiency_model for p in pts], [p.efficiency for p in pts], "o", label=tag, alpha=0.8)
     ax.plot([0, 1.05], [0, 1.05], color="black", linewidth=0.8, label="model = measured")
-    ax.set(xlabel="model: N·t_env/P / (N·t_env/P + t_overhead(N))", ylabel="measured: fps / (P / t_env)",
-           title="Overhead model vs measurement", xlim=(0, 1.05), ylim=(0, 1.3))
+    ax.set(
+        xlabel="model: N·t_env/P / (N·t_env/P + t_overhead(N))",
+        ylabel="measured: fps / (P / t_env)",
+        title="Overhead model vs measurement",
+        xlim=(0, 1.05),
+        ylim=(0, 1.3),
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, path)

@@ -76,15 +76,31 @@ def main(argv: list[str] | None = None) -> int:
     try:
         steps = session.warmup(Timing(warmup_time=0.5, block_time=0.1))
         main_pid = os.getpid()
-        workers = [c for c in psutil.Process(main_pid).children(recursive=True) if "forkserver" in " ".join(c.cmdline())
-                   and c.ppid() != main_pid] or psutil.Process(main_pid).children()
+        workers = [
+            c
+            for c in psutil.Process(main_pid).children(recursive=True)
+            if "forkserver" in " ".join(c.cmdline()) and c.ppid() != main_pid
+        ] or psutil.Process(main_pid).children()
         worker = min(workers, key=lambda c: c.create_time())  # the first worker: envs 0..N/K-1
         targets = {"main": main_pid, f"worker (pid {worker.pid})": worker.pid}
         procs = {}
         for label, pid in targets.items():
             raw = os.path.join(args.out, f"{label.split()[0]}.txt")
-            cmd = ["py-spy", "record", "--pid", str(pid), "--duration", str(int(args.seconds)), "--rate", str(args.rate),
-                   "--format", "raw", "--idle", "--output", raw]
+            cmd = [
+                "py-spy",
+                "record",
+                "--pid",
+                str(pid),
+                "--duration",
+                str(int(args.seconds)),
+                "--rate",
+                str(args.rate),
+                "--format",
+                "raw",
+                "--idle",
+                "--output",
+                raw,
+            ]
             procs[label] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), raw)
         count = 0
         start = time.perf_counter()

@@ -27,7 +27,7 @@ import numpy as np
 from bench.workloads import get_workload
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HEADING = "## More than one machine: backend=\"ray\" (issue 11)"
+HEADING = '## More than one machine: backend="ray" (issue 11)'
 N_ENVS = 8
 COSTS = ["0us", "100us", "1ms"]
 SHAPES = ["4", "84x84x4:uint8"]
@@ -94,7 +94,9 @@ def measure(workload: str, block_time: float, repeats: int) -> Cell:
         for _ in range(repeats):
             for name, env in envs.items():
                 samples[name].append(step_time(env, env.bench_steps))
-        return Cell(workload, work.obs_bytes * N_ENVS, statistics.median(samples["local"]), statistics.median(samples["ray"]))
+        return Cell(
+            workload, work.obs_bytes * N_ENVS, statistics.median(samples["local"]), statistics.median(samples["ray"])
+        )
     finally:
         for env in envs.values():
             env.close()
@@ -156,41 +158,58 @@ def plot(cells: list[Cell], path: str) -> str:
 
 
 def markdown(cells: list[Cell], machine: str, command: str, plot_name: str) -> str:
-    rows = ["| workload (N=8) | obs bytes/step | local pool | ray, 2 simulated nodes | overhead |", "|---|---|---|---|---|"]
+    rows = [
+        "| workload (N=8) | obs bytes/step | local pool | ray, 2 simulated nodes | overhead |",
+        "|---|---|---|---|---|",
+    ]
     for c in cells:
-        rows.append(f"| `{c.workload}` | {c.obs_bytes:,} | {c.local * 1e3:.3f} ms | {c.ray * 1e3:.3f} ms | {c.overhead * 1e3:+.3f} ms |")
+        rows.append(
+            f"| `{c.workload}` | {c.obs_bytes:,} | {c.local * 1e3:.3f} ms | {c.ray * 1e3:.3f} ms "
+            f"| {c.overhead * 1e3:+.3f} ms |"
+        )
     small = min(cells, key=lambda c: c.obs_bytes)
     big = max(cells, key=lambda c: c.obs_bytes)
     fixed = statistics.median(c.overhead for c in cells if c.obs_bytes == small.obs_bytes)
-    per_byte = max(0.0, (statistics.median(c.overhead for c in cells if c.obs_bytes == big.obs_bytes) - fixed) / (big.obs_bytes - small.obs_bytes))
-    models = ["| N envs | workers per node | obs bytes/env | break-even here (no network) | real nodes (RTT 200 µs, 1 GB/s) |", "|---|---|---|---|---|"]
+    per_byte = max(
+        0.0,
+        (statistics.median(c.overhead for c in cells if c.obs_bytes == big.obs_bytes) - fixed)
+        / (big.obs_bytes - small.obs_bytes),
+    )
+    models = [
+        "| N envs | workers per node | obs bytes/env | break-even here (no network) "
+        "| real nodes (RTT 200 µs, 1 GB/s) |",
+        "|---|---|---|---|---|",
+    ]
     for n, k in ((8, 1), (64, 8), (256, 32)):
         for env_bytes in (small.obs_bytes // N_ENVS, big.obs_bytes // N_ENVS):
             overhead = fixed + per_byte * env_bytes * n
             here = break_even(overhead, n, k)
             real = break_even(overhead, n, k, env_bytes * n, ASSUMED_RTT)
             models.append(f"| {n} | {k} | {env_bytes:,} | {here * 1e6:,.0f} µs | {real * 1e6:,.0f} µs |")
-    return "\n\n".join([
-        HEADING,
-        f"Machine: {machine}. Command: `{command}`. The two Ray nodes are **simulated on this one machine** "
-        "(`ray.cluster_utils.Cluster`, 2 nodes of 1 CPU, all daemons on 127.0.0.1): they share its 2 cores, "
-        "so the table shows Ray's per-step overhead, not a speed-up. Each step is one Ray call per node "
-        "carrying that node's action rows out and its observation rows back through the object store. "
-        "Medians of round-robin samples; synthetic envs (`synth:<step cost>:<obs shape>`).",
-        "\n".join(rows),
-        f"Overhead model fitted to these rows: **{fixed * 1e3:.2f} ms per step** plus "
-        f"**{per_byte * 1e9:.2f} ns per observation byte** (the local pool copies nothing between processes).",
-        "Break-even, from the model in `bench/ray_overhead.py`: one node with K workers takes `N*c/K + o_local` per "
-        "step; two nodes take `N*c/(2K) + o_ray`, plus on a real network one round trip and the bytes over the link. "
-        "Two nodes win when the env step cost `c` exceeds `c* = 2K * (o_ray - o_local + rtt + bytes/bandwidth) / N`. "
-        f"For real nodes we assume a {ASSUMED_RTT * 1e6:.0f} µs round trip and {ASSUMED_BANDWIDTH / 1e9:.0f} GB/s "
-        "(one rack, 10 GbE); Ray's own per-call cost is taken as measured here.",
-        "\n".join(models),
-        "Read: for light envs (CartPole, a few µs) one machine always wins; a second node pays off for envs of "
-        "a few hundred µs to a few ms per step (physics sims, emulators, games) once each node has enough envs "
-        "to hide the per-call latency. Large observations move the break-even up through the bytes term.",
-        f"![ray overhead]({plot_name})",
-    ])
+    return "\n\n".join(
+        [
+            HEADING,
+            f"Machine: {machine}. Command: `{command}`. The two Ray nodes are **simulated on this one machine** "
+            "(`ray.cluster_utils.Cluster`, 2 nodes of 1 CPU, all daemons on 127.0.0.1): they share its 2 cores, "
+            "so the table shows Ray's per-step overhead, not a speed-up. Each step is one Ray call per node "
+            "carrying that node's action rows out and its observation rows back through the object store. "
+            "Medians of round-robin samples; synthetic envs (`synth:<step cost>:<obs shape>`).",
+            "\n".join(rows),
+            f"Overhead model fitted to these rows: **{fixed * 1e3:.2f} ms per step** plus "
+            f"**{per_byte * 1e9:.2f} ns per observation byte** (the local pool copies nothing between processes).",
+            "Break-even, from the model in `bench/ray_overhead.py`: one node with K workers takes "
+            "`N*c/K + o_local` per step; two nodes take `N*c/(2K) + o_ray`, plus on a real network one round "
+            "trip and the bytes over the link. Two nodes win when the env step cost `c` exceeds "
+            "`c* = 2K * (o_ray - o_local + rtt + bytes/bandwidth) / N`. "
+            f"For real nodes we assume a {ASSUMED_RTT * 1e6:.0f} µs round trip and {ASSUMED_BANDWIDTH / 1e9:.0f} GB/s "
+            "(one rack, 10 GbE); Ray's own per-call cost is taken as measured here.",
+            "\n".join(models),
+            "Read: for light envs (CartPole, a few µs) one machine always wins; a second node pays off for envs of "
+            "a few hundred µs to a few ms per step (physics sims, emulators, games) once each node has enough envs "
+            "to hide the per-call latency. Large observations move the break-even up through the bytes term.",
+            f"![ray overhead]({plot_name})",
+        ]
+    )
 
 
 def section_dict(cells: list[Cell]) -> list[dict]:

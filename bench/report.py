@@ -62,11 +62,27 @@ class Preset:
 HEAVY = ["HumanoidStandup-v5", "ALE/Breakout-v5"]
 PRESETS = {
     "smoke": Preset(["CartPole-v1", ZERO_COST], [2, 4], SMOKE_TIMING, [1, 2], [4]),
-    "quick": Preset(["CartPole-v1", "Acrobot-v1", IMAGE_150US, "synth:1ms:4", *HEAVY], [1, 8, 64],
-                    Timing(warmup_time=0.2, block_time=0.3, repeats=3), [1, 8, 64], [16]),
+    "quick": Preset(
+        ["CartPole-v1", "Acrobot-v1", IMAGE_150US, "synth:1ms:4", *HEAVY],
+        [1, 8, 64],
+        Timing(warmup_time=0.2, block_time=0.3, repeats=3),
+        [1, 8, 64],
+        [16],
+    ),
     "full": Preset(
-        ["CartPole-v1", "Acrobot-v1", *HEAVY, "synth:1us:4", "synth:10us:4", "synth:100us:4", "synth:1ms:4",
-         "synth:10ms:4", IMAGE_150US, "synth:100us:512x512x4:uint8", "synth:100us:1024x1024x4:uint8"],
+        [
+            "CartPole-v1",
+            "Acrobot-v1",
+            *HEAVY,
+            "synth:1us:4",
+            "synth:10us:4",
+            "synth:100us:4",
+            "synth:1ms:4",
+            "synth:10ms:4",
+            IMAGE_150US,
+            "synth:100us:512x512x4:uint8",
+            "synth:100us:1024x1024x4:uint8",
+        ],
         [1, 2, 4, 8, 16, 32, 64, 128, 256],
         Timing(warmup_time=0.5, block_time=0.5, repeats=5),
         [1, 2, 4, 8, 16, 32, 64, 128, 256],
@@ -78,9 +94,17 @@ TARGET_TIMING = Timing(warmup_time=0.3, block_time=0.5, repeats=5)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Env names: Gymnasium ids or synth:<cost>:<shape>[:<dtype>], e.g. synth:150us:84x84x4:uint8")
-    p.add_argument("--grid", choices=sorted(PRESETS), default="quick", help="preset grid (custom = quick timing + your --envs/--n/--k)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Env names: Gymnasium ids or synth:<cost>:<shape>[:<dtype>], e.g. synth:150us:84x84x4:uint8",
+    )
+    p.add_argument(
+        "--grid",
+        choices=sorted(PRESETS),
+        default="quick",
+        help="preset grid (custom = quick timing + your --envs/--n/--k)",
+    )
     p.add_argument("--envs", type=_csv(str), help="comma-separated env names (overrides the preset)")
     p.add_argument("--n", type=_csv(int), help="comma-separated N values")
     p.add_argument("--k", type=_csv(int), help=f"comma-separated K values (default 1..{CORES})")
@@ -89,12 +113,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--block-time", type=float, help="seconds per timed sample")
     p.add_argument("--warmup-time", type=float, help="seconds of warm-up steps per vector env")
     p.add_argument("--max-procs", type=int, default=64, help="skip one-process-per-env implementations above this N")
-    p.add_argument("--sections", type=_csv(str), default=["grid", "overhead", "memory"], help=f"any of {','.join(SECTIONS)}")
+    p.add_argument(
+        "--sections", type=_csv(str), default=["grid", "overhead", "memory"], help=f"any of {','.join(SECTIONS)}"
+    )
     p.add_argument("--ppo-timesteps", type=int, default=50_000, help="async section: timesteps of each PPO run")
     p.add_argument("--targets", action="store_true", help="only check the target ratios (same as --sections targets)")
-    p.add_argument("--target-set", choices=("all", "default"), default="all",
-                   help="targets section: every target, or only issue 10's (the default configuration)")
-    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"), help="output directory")
+    p.add_argument(
+        "--target-set",
+        choices=("all", "default"),
+        default="all",
+        help="targets section: every target, or only issue 10's (the default configuration)",
+    )
+    p.add_argument(
+        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"), help="output directory"
+    )
     args = p.parse_args(argv)
     if args.targets:
         args.sections = ["targets"]
@@ -109,6 +141,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _csv(kind):
     def parse(text: str) -> list:
         return [kind(x) for x in text.split(",") if x.strip()]
+
     return parse
 
 
@@ -133,7 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     preset = PRESETS[args.grid]
     timing = replace(
         preset.timing,
-        **{k: v for k, v in {"repeats": args.repeats, "block_time": args.block_time, "warmup_time": args.warmup_time}.items() if v is not None},
+        **{
+            k: v
+            for k, v in {
+                "repeats": args.repeats,
+                "block_time": args.block_time,
+                "warmup_time": args.warmup_time,
+            }.items()
+            if v is not None
+        },
     )
     envs, ns, ks = args.envs or preset.envs, args.n or preset.ns, args.k or preset.ks
     os.makedirs(args.out, exist_ok=True)
@@ -154,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         skipped += plan.skipped
         results = run_plan(plan, timing, "grid")
         dump["grid"] = [r.to_dict() for r in results]
-        doc += ["## Throughput (env steps/s, median; in brackets: speed-up over SB3 DummyVecEnv)",
-                md.throughput_tables(results)]
+        doc += [
+            "## Throughput (env steps/s, median; in brackets: speed-up over SB3 DummyVecEnv)",
+            md.throughput_tables(results),
+        ]
         light = {e for e in envs if get_workload(e).light}
         doc += ["### Light envs: never meaningfully slower than DummyVecEnv?", md.slower_than_dummy(results, light)]
         from bench.plots import plot_all
@@ -164,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         doc += ["### Plots", "\n".join(f"![{f}]({f})" for f in files)]
 
     if "overhead" in args.sections:
-        plan = plan_grid([ZERO_COST], preset.overhead_ns if not args.n else args.n, ks, args.impls, max_procs=args.max_procs)
+        plan = plan_grid(
+            [ZERO_COST], preset.overhead_ns if not args.n else args.n, ks, args.impls, max_procs=args.max_procs
+        )
         zero = run_plan(plan, timing, "overhead")
         fits = fit_overheads(zero)
         dump["overhead"] = [r.to_dict() for r in zero]
@@ -178,14 +223,16 @@ def main(argv: list[str] | None = None) -> int:
         doc.append(f"![overhead]({overhead_plot(fits, os.path.join(args.out, 'overhead.png'))})")
         if results:
             measured_envs = [e for e in dict.fromkeys(r.config.workload for r in results) if e != ZERO_COST]
-            t_env = {e: raw_step_cost(get_workload(e)) for e in tqdm(measured_envs, desc="raw env cost", file=sys.stderr)}
+            t_env = {
+                e: raw_step_cost(get_workload(e)) for e in tqdm(measured_envs, desc="raw env cost", file=sys.stderr)
+            }
             points = model_points(results, fits, t_env)
             dump["t_env"] = t_env
             doc += [
                 "### Overhead model",
-                "`fps_model = N / (N*t_env/P + t_overhead(N))`, i.e. `fps / (P/t_env) = N*t_env/P / (N*t_env/P + t_overhead)` "
-                "with P envs stepping at once (1 in-process, min(K, cores) for shmvec, min(N, cores) for one process "
-                "per env); with P = 1 this is `fps_parallel/fps_serial = N*t_env/(N*t_env + t_overhead)`. "
+                "`fps_model = N / (N*t_env/P + t_overhead(N))`, i.e. "
+                "`fps / (P/t_env) = N*t_env/P / (N*t_env/P + t_overhead)` with P envs stepping at once "
+                "(1 in-process, min(K, cores) for shmvec, min(N, cores) for one process per env); with P = 1 this is `fps_parallel/fps_serial = N*t_env/(N*t_env + t_overhead)`. "
                 "t_env is the raw single-env step cost measured in this process:",
                 md.env_cost_table(t_env),
                 md.model_table(points),
@@ -196,14 +243,17 @@ def main(argv: list[str] | None = None) -> int:
         mem_plan = plan_grid([IMAGE_150US], preset.memory_ns, [max(ks)], args.impls, max_procs=args.max_procs)
         configs = [c for cell in mem_plan.cells for c in cell]
         mems = [measure_memory_isolated(c) for c in tqdm(configs, desc="memory", file=sys.stderr)]
-        dump["memory"] = [{**vars(m.config), "rss": m.rss, "uss": m.uss, "pss": m.pss, "processes": m.processes,
-                           "error": m.error} for m in mems]
+        dump["memory"] = [
+            {**vars(m.config), "rss": m.rss, "uss": m.uss, "pss": m.pss, "processes": m.processes, "error": m.error}
+            for m in mems
+        ]
         doc += [
             f"## Peak memory, 84x84x4 uint8 observations (`{IMAGE_150US}`)",
             "Peak over build + reset + 1 s of steps of the whole process tree, minus the tree before building, "
             "each configuration in a fresh interpreter. "
             "PSS splits shared pages among the processes that map them (the honest total); USS counts private "
-            "pages only (it can fall with fork: the parent's pages become shared); RSS counts shared pages once per process.",
+            "pages only (it can fall with fork: the parent's pages become shared); "
+            "RSS counts shared pages once per process.",
             md.memory_table(mems),
         ]
 
@@ -212,8 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         cells, checks = plan_targets(targets, [i for i in (*SHMVEC, *AUTO) if i in args.impls])
         total = sum(len(c) for c in cells) * TARGET_TIMING.repeats
         with tqdm(total=total, desc="targets", unit="sample", file=sys.stderr) as bar:
-            checks, target_results = run_targets(timing=replace(TARGET_TIMING, **({"repeats": args.repeats} if args.repeats else {})),
-                                                 on_sample=lambda _: bar.update(), cells_and_checks=(cells, checks))
+            checks, target_results = run_targets(
+                timing=replace(TARGET_TIMING, **({"repeats": args.repeats} if args.repeats else {})),
+                on_sample=lambda _: bar.update(),
+                cells_and_checks=(cells, checks),
+            )
         dump["targets"] = [r.to_dict() for r in target_results]
         doc += ["## Targets, each measured side by side in one run", md.targets_table(checks)]
         print("\n".join(c.line() for c in checks))
@@ -247,8 +300,10 @@ def run_async_section(args: argparse.Namespace, argv: list[str] | None) -> tuple
     total = 3 * 2 * timing.repeats + len(ab.PPO_CONFIGS) * 2 * ppo_repeats  # 3 micro comparisons of 2 loops
     with tqdm(total=total, desc="async", unit="sample", file=sys.stderr) as bar:
         section = ab.run_section(timing, args.ppo_timesteps, ppo_repeats, on_sample=bar.update)
-    machine = (f"{platform.machine()}, {CORES} cores, Python {platform.python_version()}, {platform.platform()}, "
-               f"load average {os.getloadavg()[0]:.2f} at the end")
+    machine = (
+        f"{platform.machine()}, {CORES} cores, Python {platform.python_version()}, {platform.platform()}, "
+        f"load average {os.getloadavg()[0]:.2f} at the end"
+    )
     command = f"python bench/report.py {' '.join(argv if argv is not None else sys.argv[1:])}"
     text = ab.markdown(section, machine, command, timing, ppo_repeats)
     return text, section.to_dict()
@@ -285,8 +340,10 @@ def write_ray_section(args: argparse.Namespace, argv: list[str] | None) -> int:
     with tqdm(total=len(ro.COSTS) * len(ro.SHAPES), desc="ray", unit="cell", file=sys.stderr) as bar:
         cells = ro.run(block_time=args.block_time or 0.5, repeats=repeats, on_sample=bar.update)
     ro.plot(cells, os.path.join(args.out, "ray_overhead.png"))
-    machine = (f"{platform.machine()}, {CORES} cores, Python {platform.python_version()}, "
-               f"load average {os.getloadavg()[0]:.2f} at the end")
+    machine = (
+        f"{platform.machine()}, {CORES} cores, Python {platform.python_version()}, "
+        f"load average {os.getloadavg()[0]:.2f} at the end"
+    )
     command = f"python bench/report.py {' '.join(argv if argv is not None else sys.argv[1:])}"
     text = ro.markdown(cells, machine, command, "ray_overhead.png")
     text += f"\n\n_Wall time of this section: {time.time() - started:.0f} s._"

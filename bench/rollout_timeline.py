@@ -142,7 +142,14 @@ def run(impl: str, env_id: str, n: int, timesteps: int, seed: int) -> dict:
     rollout = sum(stop - start for start, stop in rollouts)
     phases = _phases(calls, sent, returned, rollouts, times, shards, n_workers)
     cores = {key: value / rollout for key, value in cpu.seconds.items()}
-    return {"impl": impl, "description": description, "total": total, "rollout": rollout, "phases": phases, "cores": cores}
+    return {
+        "impl": impl,
+        "description": description,
+        "total": total,
+        "rollout": rollout,
+        "phases": phases,
+        "cores": cores,
+    }
 
 
 def _shards(venv, n: int) -> tuple[list[tuple[int, int]], int]:
@@ -186,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=8, help="envs")
     p.add_argument("--timesteps", type=int, default=8192)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--impl", action="append", help="dummy, subproc, shm or shm:key=value,... (repeatable; default: dummy and shm)")
+    p.add_argument(
+        "--impl", action="append", help="dummy, subproc, shm or shm:key=value,... (repeatable; default: dummy and shm)"
+    )
     args = p.parse_args(argv)
     impls = args.impl or ["dummy", "shm"]
     results: dict[str, list[dict]] = {impl: [] for impl in impls}
@@ -198,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     for impl, runs in results.items():
         rollout = statistics.median(res["rollout"] for res in runs)
         print(f"\n{impl}: {runs[-1]['description']}")
-        print(f"  rollout {rollout:.2f} s ({reference / rollout:.2f}x {impls[0]}), learn() {statistics.median(res['total'] for res in runs):.2f} s")
+        print(
+            f"  rollout {rollout:.2f} s ({reference / rollout:.2f}x {impls[0]}), "
+            f"learn() {statistics.median(res['total'] for res in runs):.2f} s"
+        )
         for key in runs[0]["phases"]:
             print(f"  {key:45s} {statistics.median(res['phases'][key] for res in runs) * 1e6:8.1f} µs")
         for key in runs[0]["cores"]:

@@ -66,8 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sync.close()
     median = statistics.median(rates)
-    print(f"median {median:,.0f} steps/s; slowest/median {min(rates) / median:.2f} (target >= 0.85); "
-          f"median vs SyncVectorEnv {median / statistics.median(sync_rates):.2f}x")
+    print(
+        f"median {median:,.0f} steps/s; slowest/median {min(rates) / median:.2f} (target >= 0.85); "
+        f"median vs SyncVectorEnv {median / statistics.median(sync_rates):.2f}x"
+    )
     return 0
 
 

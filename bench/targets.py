@@ -93,7 +93,9 @@ class Check:
         head = f"{self.status:4}  {t.group}: {self.impl} K={t.k} vs {t.baseline} on {t.workload} N={t.n}"
         if self.ratio is None:
             return f"{head}: {self.note}"
-        return f"{head}: {self.ratio:.2f}x (need >= {t.min_ratio}x; {self.shm_fps:,.0f} vs {self.base_fps:,.0f} steps/s)"
+        return (
+            f"{head}: {self.ratio:.2f}x (need >= {t.min_ratio}x; {self.shm_fps:,.0f} vs {self.base_fps:,.0f} steps/s)"
+        )
 
 
 def plan_targets(targets: Sequence[Target], impls: Sequence[str] = SHMVEC) -> tuple[list[list[Config]], list[Check]]:
@@ -120,9 +122,12 @@ def _shm_config(t: Target, impl: str) -> Config:
     return Config(t.workload, impl, t.n, t.k if get_impl(impl).uses_k else None)
 
 
+TARGET_TIMING = Timing(repeats=5, block_time=0.5)
+
+
 def run_targets(
     targets: Sequence[Target] | None = None,
-    timing: Timing = Timing(repeats=5, block_time=0.5),
+    timing: Timing = TARGET_TIMING,
     impls: Sequence[str] = SHMVEC,
     on_sample: Callable[[Config], None] | None = None,
     cells_and_checks: tuple[list[list[Config]], list[Check]] | None = None,

@@ -42,7 +42,10 @@ def test_smoke_overlap(benchmark, batch_size):
 
 @pytest.mark.smoke
 def test_smoke_comparisons_give_ratios():
-    for comparison in (ab.stragglers(SMOKE_TIMING, n=4, **TINY), ab.overlap(SMOKE_TIMING, n=4, env_cost=1e-5, policy=1e-4)):
+    for comparison in (
+        ab.stragglers(SMOKE_TIMING, n=4, **TINY),
+        ab.overlap(SMOKE_TIMING, n=4, env_cost=1e-5, policy=1e-4),
+    ):
         assert comparison.ratio > 0 and comparison.status in ("PASS", "FAIL")
         assert all(len(samples) == 1 for samples in comparison.samples.values())
 
@@ -76,8 +79,25 @@ def test_parse_timing():
 def test_smoke_report_async_section_keeps_the_rest(tmp_path, monkeypatch):
     monkeypatch.setattr(ab, "PPO_CONFIGS", [("CartPole-v1", 1, "smoke")])
     (tmp_path / "report.md").write_text("# shmvec benchmark report\n\n## Throughput\n\nkept\n")
-    assert report.main(["--sections", "async", "--out", str(tmp_path), "--repeats", "1", "--block-time", "0.01",
-                        "--warmup-time", "0", "--ppo-timesteps", "512"]) == 0
+    assert (
+        report.main(
+            [
+                "--sections",
+                "async",
+                "--out",
+                str(tmp_path),
+                "--repeats",
+                "1",
+                "--block-time",
+                "0.01",
+                "--warmup-time",
+                "0",
+                "--ppo-timesteps",
+                "512",
+            ]
+        )
+        == 0
+    )
     text = (tmp_path / "report.md").read_text()
     assert text.startswith("# shmvec benchmark report\n\n## Throughput\n\nkept\n")
     assert ab.HEADING in text and "ppo rollout" in text and "stragglers" in text
@@ -106,8 +126,13 @@ def test_per_env_gae_equals_time_major_gae():
     rewards = rng.normal(size=(T + 1, N)).astype(np.float32)  # row t: the outcome of the action at t - 1
     terminated = (rng.random((T + 1, N)) < 0.1).astype(np.float32)
     ended = np.maximum(terminated, (rng.random((T + 1, N)) < 0.1).astype(np.float32))
-    rows = {"env_id": np.tile(np.arange(N), T + 1), "values": values.ravel(), "rewards": rewards.ravel(),
-            "terminated": terminated.ravel(), "ended": ended.ravel()}
+    rows = {
+        "env_id": np.tile(np.arange(N), T + 1),
+        "values": values.ravel(),
+        "rewards": rewards.ravel(),
+        "terminated": terminated.ravel(),
+        "ended": ended.ravel(),
+    }
     advantages, trainable, last_rows = ppo_async.per_env_advantages(rows, N, args)
     want = ppo_common.gae(rewards[1:], values[:-1], values[1:], terminated[1:], ended[1:], args.gamma, args.gae_lambda)
     np.testing.assert_allclose(advantages.reshape(T + 1, N)[:-1], want, rtol=1e-6)

@@ -13,8 +13,12 @@ from bench.targets import Target, run_targets
 
 @pytest.mark.smoke
 def test_smoke_report_writes_markdown_and_plots(tmp_path):
-    assert report.main(["--grid", "smoke", "--out", str(tmp_path), "--impls", "dummy,sync,shm_gym",
-                        "--sections", "grid,overhead"]) == 0
+    assert (
+        report.main(
+            ["--grid", "smoke", "--out", str(tmp_path), "--impls", "dummy,sync,shm_gym", "--sections", "grid,overhead"]
+        )
+        == 0
+    )
     text = (tmp_path / "report.md").read_text()
     assert "## Throughput" in text and "## Per-step overhead" in text
     assert (tmp_path / "throughput_CartPole-v1.png").stat().st_size > 0
@@ -31,8 +35,10 @@ def test_smoke_targets_report_a_ratio_or_a_reason():
 
 @pytest.mark.smoke
 def test_smoke_memory_section(tmp_path):
-    assert report.main(["--grid", "smoke", "--out", str(tmp_path), "--impls", "dummy,shm_gym",
-                        "--sections", "memory"]) == 0
+    assert (
+        report.main(["--grid", "smoke", "--out", str(tmp_path), "--impls", "dummy,shm_gym", "--sections", "memory"])
+        == 0
+    )
     assert "PSS (MiB)" in (tmp_path / "report.md").read_text()
     assert os.path.exists(tmp_path / "results.json")
 

@@ -31,7 +31,7 @@ def configs(envs, ns, ks=range(1, CORES + 1), impls=IMPLS, max_procs=64):
                 impl = get_impl(name)
                 if impl.procs_per_env and n > max_procs:
                     continue
-                for k in ([k for k in ks if k <= n] if impl.uses_k else [None]):
+                for k in [k for k in ks if k <= n] if impl.uses_k else [None]:
                     c = Config(env, name, n, k)
                     out.append(pytest.param(c, id=f"{env}-N{n}-{c.tag.replace(' ', '')}"))
     return out
@@ -68,8 +68,17 @@ def test_quick(benchmark, open_session, config):
 @pytest.mark.parametrize(
     "config",
     configs(
-        ["CartPole-v1", "Acrobot-v1", "HumanoidStandup-v5", "ALE/Breakout-v5", ZERO_COST, "synth:100us:4",
-         "synth:1ms:4", IMAGE_150US, "synth:100us:1024x1024x4:uint8"],
+        [
+            "CartPole-v1",
+            "Acrobot-v1",
+            "HumanoidStandup-v5",
+            "ALE/Breakout-v5",
+            ZERO_COST,
+            "synth:100us:4",
+            "synth:1ms:4",
+            IMAGE_150US,
+            "synth:100us:1024x1024x4:uint8",
+        ],
         [1, 2, 8, 32, 64, 256],
     ),
 )

@@ -11,8 +11,9 @@ from bench import training
 
 @pytest.mark.smoke
 def test_plan_rotates_the_impls_and_always_runs_the_reference():
-    args = training.parse_args(["--workloads", "ppo-cartpole,cleanrl-cartpole", "--impls", "subproc,shm",
-                                "--repeats", "3"])
+    args = training.parse_args(
+        ["--workloads", "ppo-cartpole,cleanrl-cartpole", "--impls", "subproc,shm", "--repeats", "3"]
+    )
     runs, skipped = training.plan(args)
     order = [(r.repeat, r.workload, r.impl) for r in runs]
     assert order[:3] == [(0, "ppo-cartpole", "dummy"), (0, "ppo-cartpole", "subproc"), (0, "ppo-cartpole", "shm")]
@@ -34,8 +35,23 @@ def test_unknown_names_are_refused():
 @pytest.mark.smoke
 def test_smoke_training_writes_results_markdown_and_plot(tmp_path):
     """One tiny A2C job per implementation, each in its own process, end to end."""
-    assert training.main(["--workloads", "a2c-cartpole", "--impls", "dummy,shm", "--scale", "0.005",
-                          "--repeats", "1", "--out", str(tmp_path)]) == 0
+    assert (
+        training.main(
+            [
+                "--workloads",
+                "a2c-cartpole",
+                "--impls",
+                "dummy,shm",
+                "--scale",
+                "0.005",
+                "--repeats",
+                "1",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     results = json.loads((tmp_path / "results.json").read_text())
     rows = {row["impl"]: row for row in results["summary"]}
     assert set(rows) == {"dummy", "shm"}

@@ -139,7 +139,11 @@ def _phases(windows, collected, engine_done, times, shards, description) -> dict
         row["of which the slowest shard's lag (slowest - mean)"] = max(stepping) - statistics.fmean(stepping)
         row["not stepping envs (step - stepping)"] = row["step"] - row["stepping (slowest shard)"]
         rows.append(row)
-    return {"description": description, "steps": len(rows), "medians": {key: statistics.median(r[key] for r in rows) for key in rows[0]}}
+    return {
+        "description": description,
+        "steps": len(rows),
+        "medians": {key: statistics.median(r[key] for r in rows) for key in rows[0]},
+    }
 
 
 def _first_after(values: np.ndarray, t: float) -> float:
@@ -153,7 +157,9 @@ def _last_before(values: np.ndarray, t: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--adapter", choices=("sb3", "gym"), default="sb3")
-    p.add_argument("--env", default="CartPole-v1", help="a Gymnasium id or a synthetic env, e.g. synth:0us:210x160x3:uint8")
+    p.add_argument(
+        "--env", default="CartPole-v1", help="a Gymnasium id or a synthetic env, e.g. synth:0us:210x160x3:uint8"
+    )
     p.add_argument("--n", type=int, default=64, help="envs")
     p.add_argument("--n-workers", type=int, default=None, help="worker processes (default: the adapter's choice)")
     p.add_argument("--no-copy", action="store_true", help="copy=False: observations returned as views")

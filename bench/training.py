@@ -57,9 +57,12 @@ class Run:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
-    p.add_argument("--impls", default=",".join(IMPLS),
-                   help=f"comma-separated, of {', '.join(IMPLS)}; a workload runs those it has, and always its "
-                        "reference (dummy for SB3, sync for the scripts)")
+    p.add_argument(
+        "--impls",
+        default=",".join(IMPLS),
+        help=f"comma-separated, of {', '.join(IMPLS)}; a workload runs those it has, and always its "
+        "reference (dummy for SB3, sync for the scripts)",
+    )
     p.add_argument("--repeats", type=int, default=3, help="runs of each (workload, impl), taking turns (default 3)")
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's timesteps (quick checks)")
     p.add_argument("--device", default="auto", help="SB3's device for the policy (default auto: cuda if present)")
@@ -107,8 +110,9 @@ def execute(run: Run, args: argparse.Namespace) -> Run:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))}
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, cwd=REPO, env=env,
-                              check=False)  # a failed run is reported with the others
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=args.timeout, cwd=REPO, env=env, check=False
+        )  # a failed run is reported with the others
     except subprocess.TimeoutExpired:
         run.error = f"timed out after {args.timeout:.0f} s"
         return run
@@ -143,13 +147,23 @@ def summarize(runs: Sequence[Run]) -> list[Row]:
                 continue
             seconds = {k: statistics.median(r.result[k] for r in ok) for k in PHASES}
             seconds["process"] = statistics.median(r.process for r in ok)
-            rows.append(Row(name, impl, len(ok), seconds, {}, int(statistics.median(r.result["steps"] for r in ok)),
-                            list(dict.fromkeys(r.result["vec_env"] for r in ok))))
+            rows.append(
+                Row(
+                    name,
+                    impl,
+                    len(ok),
+                    seconds,
+                    {},
+                    int(statistics.median(r.result["steps"] for r in ok)),
+                    list(dict.fromkeys(r.result["vec_env"] for r in ok)),
+                )
+            )
     for row in rows:
         reference = WORKLOADS[row.workload].reference
         ref = next((r for r in rows if r.workload == row.workload and r.impl == reference), None)
-        row.ratios = {k: ref.seconds[k] / row.seconds[k] if ref and row.seconds[k] > 0 else None
-                      for k in (*PHASES, "process")}
+        row.ratios = {
+            k: ref.seconds[k] / row.seconds[k] if ref and row.seconds[k] > 0 else None for k in (*PHASES, "process")
+        }
     return rows
 
 
@@ -161,8 +175,13 @@ def machine() -> dict:
     except OSError:
         pass
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"nproc": usable, "cpu_count": os.cpu_count(), "cpu": model, "python": platform.python_version(),
-            "platform": platform.platform()}
+    return {
+        "nproc": usable,
+        "cpu_count": os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def _x(ratio: float | None) -> str:
@@ -177,23 +196,38 @@ def markdown(rows: Sequence[Row], runs: Sequence[Run], skipped: Sequence[str], m
     threads = ", ".join(map(str, sorted({r.result.get("torch_threads") for r in runs if r.result} - {None})))
     head = [
         HEADING,
-        (f"Machine: {m['nproc']} usable cores (nproc; os.cpu_count() {m['cpu_count']}), {m['cpu']}, Python "
-         f"{m['python']}, {m['platform']}. Date: {meta['date']}. Command: `{meta['command']}`."),
-        (f"Each run is one training job in a fresh process, torch's threads at their default ({threads or '?'}); "
-         f"the implementations of a workload take turns, their order rotated each repeat; medians of "
-         f"{meta['repeats']} repeats. Rollout: SB3's `collect_rollouts` / the scripts' stepping loop; update: "
-         "`train` / the PPO update; total: the whole `learn()` call / the script's loop; process: the child "
-         "process's wall time (start-up, imports and env construction included). Ratio = the reference's "
-         "seconds / these seconds (above 1: faster than DummyVecEnv for SB3, SyncVectorEnv for the scripts)."),
+        (
+            f"Machine: {m['nproc']} usable cores (nproc; os.cpu_count() {m['cpu_count']}), {m['cpu']}, Python "
+            f"{m['python']}, {m['platform']}. Date: {meta['date']}. Command: `{meta['command']}`."
+        ),
+        (
+            f"Each run is one training job in a fresh process, torch's threads at their default ({threads or '?'}); "
+            f"the implementations of a workload take turns, their order rotated each repeat; medians of "
+            f"{meta['repeats']} repeats. Rollout: SB3's `collect_rollouts` / the scripts' stepping loop; update: "
+            "`train` / the PPO update; total: the whole `learn()` call / the script's loop; process: the child "
+            "process's wall time (start-up, imports and env construction included). Ratio = the reference's "
+            "seconds / these seconds (above 1: faster than DummyVecEnv for SB3, SyncVectorEnv for the scripts)."
+        ),
         "\n".join(f"- `{name}`: {WORKLOADS[name].describe()}" for name in dict.fromkeys(r.workload for r in runs)),
     ]
     body = table(
         ["workload", "impl", "rollout s", "update s", "total s", "process s", "rollout", "update", "total", "runs"],
-        [[r.workload, r.impl, *(f"{r.seconds[k]:.2f}" for k in (*PHASES, "process")),
-          *(_x(r.ratios[k]) for k in PHASES), r.runs] for r in rows])
+        [
+            [
+                r.workload,
+                r.impl,
+                *(f"{r.seconds[k]:.2f}" for k in (*PHASES, "process")),
+                *(_x(r.ratios[k]) for k in PHASES),
+                r.runs,
+            ]
+            for r in rows
+        ],
+    )
     tail = [f"![end-to-end ratio per workload and implementation]({plot})"] if plot else []
-    tail.append("Vector envs at the end of the runs (`repr`):\n\n" + "\n".join(
-        f"- {r.workload} {r.impl}: `{v}`" for r in rows for v in r.vec_envs))
+    tail.append(
+        "Vector envs at the end of the runs (`repr`):\n\n"
+        + "\n".join(f"- {r.workload} {r.impl}: `{v}`" for r in rows for v in r.vec_envs)
+    )
     if skipped:
         tail.append("Skipped: " + "; ".join(skipped) + ".")
     if errors := [f"- {r.workload} {r.impl} (repeat {r.repeat + 1}): {r.error}" for r in runs if r.error]:
@@ -213,15 +247,21 @@ def write_outputs(args, rows: list[Row], runs: list[Run], skipped: list[str], me
     groups = {name: bars for name, bars in groups.items() if bars}
     plot = None
     if groups:
-        plot = ratio_bars(groups, os.path.join(args.out, "training.png"),
-                          "Training end to end vs DummyVecEnv (SB3) / SyncVectorEnv (scripts)",
-                          "reference seconds / seconds")
+        plot = ratio_bars(
+            groups,
+            os.path.join(args.out, "training.png"),
+            "Training end to end vs DummyVecEnv (SB3) / SyncVectorEnv (scripts)",
+            "reference seconds / seconds",
+        )
     text = markdown(rows, runs, skipped, meta, plot)
     with open(os.path.join(args.out, "training.md"), "w") as f:
         f.write(text)
     with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({**meta, "skipped": skipped, "runs": [asdict(r) for r in runs], "summary": [asdict(r) for r in rows]},
-                  f, indent=1)
+        json.dump(
+            {**meta, "skipped": skipped, "runs": [asdict(r) for r in runs], "summary": [asdict(r) for r in rows]},
+            f,
+            indent=1,
+        )
     if args.report:
         from bench.async_batches import replace_section
 
@@ -237,14 +277,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs, skipped = plan(args)
     for why in skipped:
         print(f"skipped: {why}", flush=True)
-    meta = {"machine": machine(), "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "command": "python bench/training.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "repeats": args.repeats, "scale": args.scale}
+    meta = {
+        "machine": machine(),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": "python bench/training.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "repeats": args.repeats,
+        "scale": args.scale,
+    }
     for i, run in enumerate(runs):
         execute(run, args)
         got = run.result
-        what = (f"rollout {got['rollout']:.2f} s, update {got['update']:.2f} s, total {got['total']:.2f} s"
-                if got else "FAILED: " + "".join((run.error or "").splitlines()[-1:]))
+        what = (
+            f"rollout {got['rollout']:.2f} s, update {got['update']:.2f} s, total {got['total']:.2f} s"
+            if got
+            else "FAILED: " + "".join((run.error or "").splitlines()[-1:])
+        )
         print(f"[{i + 1}/{len(runs)}] {run.workload} {run.impl} (repeat {run.repeat + 1}): {what}", flush=True)
     rows = summarize(runs)
     print(write_outputs(args, rows, runs, skipped, meta))

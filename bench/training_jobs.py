@@ -76,12 +76,23 @@ class Sb3Workload:
         hyper = ", ".join(f"{k}={v}" for k, v in self.hyper.items())
         frames = ", AtariWrapper + VecFrameStack(4)" if self.atari else ""
         return f"SB3 {self.algo} {self.policy}, {self.env_id}{frames}, N={self.n_envs}, {self.timesteps:,} steps" + (
-            f", {hyper}" if hyper else "")
+            f", {hyper}" if hyper else ""
+        )
 
     def command(self, impl: str, scale: float, device: str) -> list[str]:
         """The child process's argv: this file's job run by ``bench/training.py``."""
-        return [sys.executable, TRAINING, "--child", self.name, "--impls", impl, "--scale", str(scale),
-                "--device", device]
+        return [
+            sys.executable,
+            TRAINING,
+            "--child",
+            self.name,
+            "--impls",
+            impl,
+            "--scale",
+            str(scale),
+            "--device",
+            device,
+        ]
 
 
 @dataclass(frozen=True)
@@ -100,37 +111,77 @@ class ScriptWorkload:
         return None
 
     def describe(self) -> str:
-        return (f"CleanRL-style PPO script, {self.env_id}, {self.n_envs} envs, {self.timesteps:,} steps, "
-                f"num-steps {self.num_steps}; shm-async: {2 * self.n_envs} envs in batches of {self.n_envs} "
-                f"(the same batch per policy call and steps per rollout; Sample Factory's double buffering)")
+        return (
+            f"CleanRL-style PPO script, {self.env_id}, {self.n_envs} envs, {self.timesteps:,} steps, "
+            f"num-steps {self.num_steps}; shm-async: {2 * self.n_envs} envs in batches of {self.n_envs} "
+            f"(the same batch per policy call and steps per rollout; Sample Factory's double buffering)"
+        )
 
     def command(self, impl: str, scale: float, device: str) -> list[str]:
         """``device`` is not used: the scripts run their policy on the CPU."""
         steps = scaled(self.timesteps, scale, at_least=self.n_envs * self.num_steps)  # one rollout at least
         # shm-async: twice the envs in batches of n_envs, so that the policy sees the sync twin's batch
         # and a rollout has as many steps
-        n_envs, num_steps = (2 * self.n_envs, self.num_steps // 2) if impl == "shm-async" else (self.n_envs, self.num_steps)
-        common = ["--env-id", self.env_id, "--num-envs", str(n_envs), "--total-timesteps", str(steps),
-                  "--num-steps", str(num_steps), "--seed", "1", "--json"]
+        n_envs, num_steps = (
+            (2 * self.n_envs, self.num_steps // 2) if impl == "shm-async" else (self.n_envs, self.num_steps)
+        )
+        common = [
+            "--env-id",
+            self.env_id,
+            "--num-envs",
+            str(n_envs),
+            "--total-timesteps",
+            str(steps),
+            "--num-steps",
+            str(num_steps),
+            "--seed",
+            "1",
+            "--json",
+        ]
         if impl == "shm-async":
             return [sys.executable, os.path.join(EXAMPLES, "ppo_async.py"), *common, "--batch-size", str(self.n_envs)]
         return [sys.executable, os.path.join(EXAMPLES, "ppo_sync.py"), *common, "--vec", impl]
 
 
-WORKLOADS: dict[str, Sb3Workload | ScriptWorkload] = {w.name: w for w in [
-    Sb3Workload("ppo-cartpole", "PPO", "CartPole-v1", 16, 30_000, {"n_steps": 128}),
-    Sb3Workload("a2c-cartpole", "A2C", "CartPole-v1", 16, 30_000),
-    Sb3Workload("ppo-halfcheetah", "PPO", "HalfCheetah-v5", 8, 16_384, {"n_steps": 256, "batch_size": 64},
-                requires=("mujoco",)),
-    Sb3Workload("ppo-humanoid", "PPO", "Humanoid-v5", 8, 8_192, {"n_steps": 256}, requires=("mujoco",)),
-    Sb3Workload("ppo-atari", "PPO", "BreakoutNoFrameskip-v4", 8, 4_096,
-                {"n_steps": 128, "batch_size": 256, "n_epochs": 4}, policy="CnnPolicy",
-                requires=("ale_py", "cv2"), atari=True),  # cv2 (opencv-python): AtariWrapper's 84x84 resize
-    Sb3Workload("sac-mujoco", "SAC", "HalfCheetah-v5", 4, 4_000,
-                {"learning_starts": 1000, "train_freq": 1, "gradient_steps": 1}, requires=("mujoco",)),
-    ScriptWorkload("cleanrl-cartpole", "CartPole-v1", 8, 40_960),
-    ScriptWorkload("cleanrl-acrobot", "Acrobot-v1", 8, 40_960),
-]}
+WORKLOADS: dict[str, Sb3Workload | ScriptWorkload] = {
+    w.name: w
+    for w in [
+        Sb3Workload("ppo-cartpole", "PPO", "CartPole-v1", 16, 30_000, {"n_steps": 128}),
+        Sb3Workload("a2c-cartpole", "A2C", "CartPole-v1", 16, 30_000),
+        Sb3Workload(
+            "ppo-halfcheetah",
+            "PPO",
+            "HalfCheetah-v5",
+            8,
+            16_384,
+            {"n_steps": 256, "batch_size": 64},
+            requires=("mujoco",),
+        ),
+        Sb3Workload("ppo-humanoid", "PPO", "Humanoid-v5", 8, 8_192, {"n_steps": 256}, requires=("mujoco",)),
+        Sb3Workload(
+            "ppo-atari",
+            "PPO",
+            "BreakoutNoFrameskip-v4",
+            8,
+            4_096,
+            {"n_steps": 128, "batch_size": 256, "n_epochs": 4},
+            policy="CnnPolicy",
+            requires=("ale_py", "cv2"),
+            atari=True,
+        ),  # cv2 (opencv-python): AtariWrapper's 84x84 resize
+        Sb3Workload(
+            "sac-mujoco",
+            "SAC",
+            "HalfCheetah-v5",
+            4,
+            4_000,
+            {"learning_starts": 1000, "train_freq": 1, "gradient_steps": 1},
+            requires=("mujoco",),
+        ),
+        ScriptWorkload("cleanrl-cartpole", "CartPole-v1", 8, 40_960),
+        ScriptWorkload("cleanrl-acrobot", "Acrobot-v1", 8, 40_960),
+    ]
+}
 IMPLS = tuple(dict.fromkeys(i for w in WORKLOADS.values() for i in w.impls))
 
 
@@ -199,13 +250,16 @@ def envpool_atari(workload: Sb3Workload):
             if dones.any():
                 obs = np.array(obs)  # SB3 expects the reset observation in place of the final one
                 for i in np.flatnonzero(dones):
-                    infos[i] = {"terminal_observation": obs[i].copy(),
-                                "TimeLimit.truncated": bool(truncated[i] and not terminated[i])}
+                    infos[i] = {
+                        "terminal_observation": obs[i].copy(),
+                        "TimeLimit.truncated": bool(truncated[i] and not terminated[i]),
+                    }
                     obs[i] = self.venv.reset(np.array([i]))[0][0]
             return obs, rewards.astype(np.float32), dones, infos
 
-    return EnvPoolVecEnv(envpool.make_gymnasium("Breakout-v5", num_envs=workload.n_envs, seed=0,
-                                                episodic_life=True, reward_clip=True))
+    return EnvPoolVecEnv(
+        envpool.make_gymnasium("Breakout-v5", num_envs=workload.n_envs, seed=0, episodic_life=True, reward_clip=True)
+    )
 
 
 def describe(venv: Any) -> str:
@@ -230,8 +284,14 @@ def run_sb3(workload: Sb3Workload, impl: str, scale: float, device: str) -> dict
         described = describe(venv.unwrapped)  # before close: the configuration that ran the steps
     finally:
         venv.close()
-    return {**seconds, "setup": setup, "steps": model.num_timesteps, "vec_env": described,
-            "torch_threads": torch.get_num_threads(), "device": str(model.device)}
+    return {
+        **seconds,
+        "setup": setup,
+        "steps": model.num_timesteps,
+        "vec_env": described,
+        "torch_threads": torch.get_num_threads(),
+        "device": str(model.device),
+    }
 
 
 def child_main(name: str, impl: str, scale: float, device: str) -> int:

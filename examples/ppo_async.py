@@ -18,8 +18,19 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from ppo_common import (TRAINED, Agent, Episodes, PhaseTimer, anneal, finish, gae, make_vector_env, parse_args,
-                        ppo_update, seed_everything)
+from ppo_common import (
+    TRAINED,
+    Agent,
+    Episodes,
+    PhaseTimer,
+    anneal,
+    finish,
+    gae,
+    make_vector_env,
+    parse_args,
+    ppo_update,
+    seed_everything,
+)
 
 FIELDS = ("env_id", "obs", "actions", "logprobs", "values", "rewards", "terminated", "ended")
 
@@ -34,8 +45,15 @@ def per_env_advantages(rows: dict[str, np.ndarray], num_envs: int, args) -> tupl
         if not len(idx):  # not received yet (a straggler in the first rollout)
             continue
         now, nxt = idx[:-1], idx[1:]  # a transition: a row and the env's next row (its outcome)
-        advantages[now] = gae(rows["rewards"][nxt], rows["values"][now], rows["values"][nxt],
-                              rows["terminated"][nxt], rows["ended"][nxt], args.gamma, args.gae_lambda)
+        advantages[now] = gae(
+            rows["rewards"][nxt],
+            rows["values"][now],
+            rows["values"][nxt],
+            rows["terminated"][nxt],
+            rows["ended"][nxt],
+            args.gamma,
+            args.gae_lambda,
+        )
         trainable[now] = ~rows["ended"][now].astype(bool)  # a final observation's action only resets the env
         last_rows.append(idx[-1])
     return advantages, trainable, np.array(last_rows)

@@ -28,9 +28,13 @@ def parse_args(async_batches: bool) -> argparse.Namespace:
     if async_batches:
         p.add_argument("--batch-size", type=int, default=8, help="envs per recv() (num_envs // batch_size batches)")
     else:
-        p.add_argument("--vec", choices=("shm", "sync", "envpool"), default="shm",
-                       help="shm: shmvec's ShmVectorEnv; sync: Gymnasium's SyncVectorEnv (the reference); "
-                            "envpool: EnvPool's own env (needs envpool)")
+        p.add_argument(
+            "--vec",
+            choices=("shm", "sync", "envpool"),
+            default="shm",
+            help="shm: shmvec's ShmVectorEnv; sync: Gymnasium's SyncVectorEnv (the reference); "
+            "envpool: EnvPool's own env (needs envpool)",
+        )
     p.add_argument("--n-workers", type=int, default=None, help="ShmVectorEnv's n_workers (default: its own choice)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--num-steps", type=int, default=32, help="steps per env per rollout")
@@ -159,7 +163,10 @@ class Episodes:
 
     def report(self, global_step: int) -> None:
         if self.recent:
-            print(f"global_step={global_step} episodic_return={np.mean(self.recent):.1f} (last {len(self.recent)} episodes)")
+            print(
+                f"global_step={global_step} episodic_return={np.mean(self.recent):.1f} "
+                f"(last {len(self.recent)} episodes)"
+            )
 
 
 class PhaseTimer:
@@ -188,8 +195,15 @@ class PhaseTimer:
     def json_line(self, steps: int, vec_env: str) -> str:
         """The timing as one JSON line, with the env steps taken and the vector env's ``repr``."""
         total = time.perf_counter() - self.start
-        return json.dumps({**self.seconds, "total": total, "steps": steps, "vec_env": vec_env,
-                           "torch_threads": torch.get_num_threads()})
+        return json.dumps(
+            {
+                **self.seconds,
+                "total": total,
+                "steps": steps,
+                "vec_env": vec_env,
+                "torch_threads": torch.get_num_threads(),
+            }
+        )
 
 
 def finish(timer: PhaseTimer, args: argparse.Namespace, envs: gym.vector.VectorEnv) -> None:

@@ -11,8 +11,19 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from ppo_common import (TRAINED, Agent, Episodes, PhaseTimer, anneal, finish, gae, make_vector_env, parse_args,
-                        ppo_update, seed_everything)
+from ppo_common import (
+    TRAINED,
+    Agent,
+    Episodes,
+    PhaseTimer,
+    anneal,
+    finish,
+    gae,
+    make_vector_env,
+    parse_args,
+    ppo_update,
+    seed_everything,
+)
 
 
 def main() -> None:
@@ -35,7 +46,9 @@ def main() -> None:
                 actions, logprobs, values = agent.act(obs)
                 next_obs, rewards, terminations, truncations, _ = envs.step(actions)
                 ended = terminations | truncations
-                for key, value in zip(store, (obs, actions, logprobs, values, rewards, terminations, ended, ~was_final)):
+                for key, value in zip(
+                    store, (obs, actions, logprobs, values, rewards, terminations, ended, ~was_final)
+                ):
                     store[key].append(value)
                 episodes.add(all_envs, rewards, ended)
                 obs, was_final = next_obs, ended
@@ -43,8 +56,15 @@ def main() -> None:
             data = {k: np.stack(v) for k, v in store.items()}  # (T, N, ...)
             next_values = np.concatenate([data["values"][1:], agent.act(obs)[2][None]])
             f32 = {k: data[k].astype(np.float32) for k in ("rewards", "terminated", "ended")}
-            data["advantages"] = gae(f32["rewards"], data["values"], next_values, f32["terminated"], f32["ended"],
-                                     args.gamma, args.gae_lambda)
+            data["advantages"] = gae(
+                f32["rewards"],
+                data["values"],
+                next_values,
+                f32["terminated"],
+                f32["ended"],
+                args.gamma,
+                args.gae_lambda,
+            )
             valid = data.pop("valid")
             ppo_update(agent, optimizer, {k: data[k][valid] for k in TRAINED}, args)
         if iteration % 10 == 9 or iteration == args.num_iterations - 1:

@@ -6,6 +6,9 @@
 - :class:`ShmPool` - the engine both adapters share.
 """
 
+from shmvec.adapters.registration import make_vec, register
+from shmvec.adapters.vector import ShmVectorEnv
+from shmvec.engine.pool import ShmPool
 from shmvec.errors import (
     AlreadyPendingError,
     ClosedEnvError,
@@ -23,10 +26,6 @@ from shmvec.errors import (
     UnsupportedSpaceError,
     WorkerDiedError,
 )
-from shmvec.engine.pool import ShmPool
-from shmvec.adapters.registration import register
-from shmvec.adapters.vector import ShmVectorEnv
-from shmvec.adapters.registration import make_vec
 
 __version__ = "0.1.0"
 

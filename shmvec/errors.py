@@ -16,7 +16,8 @@
     ├── EnvError                   an env raised and its exception could not be sent back as itself
     ├── WorkerDiedError            a worker process exited or was killed
     ├── MainModuleError            workers re-imported a main script that has no __main__ guard (also RuntimeError)
-    └── StepTimeoutError           envs did not answer within the timeout    (also TimeoutError, multiprocessing.TimeoutError)
+    └── StepTimeoutError           envs did not answer within the timeout
+                                   (also TimeoutError, multiprocessing.TimeoutError)
 
     RemoteTraceback                the worker-side traceback, set as ``__cause__`` of env errors
 

@@ -143,12 +143,8 @@ class NestedEnv(gym.Env):
                 "agent": spaces.Dict(
                     {"pos": spaces.Box(-5.0, 5.0, (2,), np.float32), "hp": spaces.Discrete(10, start=1)}
                 ),
-                "sensors": spaces.Tuple(
-                    (spaces.Box(-np.inf, np.inf, (3,), np.float64), spaces.MultiBinary((2, 2)))
-                ),
-                "goal": spaces.Tuple(
-                    (spaces.Discrete(4), spaces.Dict({"xy": spaces.Box(-100, 100, (2,), np.int32)}))
-                ),
+                "sensors": spaces.Tuple((spaces.Box(-np.inf, np.inf, (3,), np.float64), spaces.MultiBinary((2, 2)))),
+                "goal": spaces.Tuple((spaces.Discrete(4), spaces.Dict({"xy": spaces.Box(-100, 100, (2,), np.int32)}))),
             }
         )
         self.action_space = spaces.Dict(
@@ -176,7 +172,9 @@ class NestedEnv(gym.Env):
     def step(self, action):
         mode, bits = action["mode"]
         self.t += 1
-        self.pos = np.clip(self.pos + 0.3 * np.asarray(action["move"], np.float64) + self.np_random.normal(0, 0.2, 2), -5, 5)
+        self.pos = np.clip(
+            self.pos + 0.3 * np.asarray(action["move"], np.float64) + self.np_random.normal(0, 0.2, 2), -5, 5
+        )
         self.hp = max(1, self.hp - int(mode == 2) - int(np.sum(bits)))
         terminated = bool(np.abs(self.pos).max() > 1.5)
         truncated = self.t >= self.max_steps
@@ -217,7 +215,10 @@ class TokenSpace(spaces.Space):
         return isinstance(x, Token) and x.name in self.vocabulary and 0 <= x.count <= self.max_count
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, TokenSpace) and (self.vocabulary, self.max_count) == (other.vocabulary, other.max_count)
+        return isinstance(other, TokenSpace) and (self.vocabulary, self.max_count) == (
+            other.vocabulary,
+            other.max_count,
+        )
 
     def __repr__(self) -> str:
         return f"TokenSpace({self.vocabulary}, {self.max_count})"

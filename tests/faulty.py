@@ -6,8 +6,8 @@ module to unpickle the envs, do not import pytest, SB3 and torch as well.
 
 from __future__ import annotations
 
-import functools
 import faulthandler
+import functools
 import os
 import signal
 import threading

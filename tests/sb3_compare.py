@@ -24,11 +24,7 @@ def make_pair(
     **shm_kwargs,
 ):
     """A ``(ShmPoolVecEnv, DummyVecEnv)`` over the same env_fns, both closed at teardown."""
-    shm = closing(
-        ShmPoolVecEnv(
-            list(env_fns), n_workers=n_workers, start_method=start_method, **shm_kwargs
-        )
-    )
+    shm = closing(ShmPoolVecEnv(list(env_fns), n_workers=n_workers, start_method=start_method, **shm_kwargs))
     dummy = closing(DummyVecEnv(list(env_fns)))
     return shm, dummy
 
@@ -81,9 +77,7 @@ def run_equivalence(
         if step == steps // 2 + 5:
             reset_obs = shm.reset()
             assert_same(reset_obs, dummy.reset(), f"step {step} mid-run reset obs")
-            assert_same(
-                shm.reset_infos, dummy.reset_infos, f"step {step} mid-run reset_infos"
-            )
+            assert_same(shm.reset_infos, dummy.reset_infos, f"step {step} mid-run reset_infos")
             kept, kept_copy = reset_obs, copy.deepcopy(reset_obs)  # the call before the next step
         actions = sample_actions(space, n)
         if step % 3 == 0:
@@ -107,9 +101,7 @@ def run_equivalence(
         for info, done in zip(dummy_out[3], dummy_out[2]):
             counts["done"] += int(done)
             if done:
-                counts[
-                    "truncated" if info["TimeLimit.truncated"] else "terminated"
-                ] += 1
+                counts["truncated" if info["TimeLimit.truncated"] else "terminated"] += 1
     return counts
 
 

@@ -33,9 +33,7 @@ def run_unguarded(start_method: str | None, tmp_path) -> subprocess.CompletedPro
     option = "" if start_method is None else f", start_method={start_method!r}"
     script = tmp_path / "first_script.py"
     script.write_text(UNGUARDED_SCRIPT.format(start_method=option))
-    return subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT
-    )
+    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
 
 
 @pytest.mark.parametrize("start_method", [None, "forkserver", "spawn"], ids=["default", "forkserver", "spawn"])

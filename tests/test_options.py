@@ -46,7 +46,7 @@ def test_pool_options_normalises_main_shard_to_bool():
         ("worker_threads", True, "worker_threads must be an int >= 1 or None, got True"),
         ("max_spin", -1e-6, "max_spin must be seconds >= 0, got -1e-06"),
         ("max_spin", None, "max_spin must be seconds >= 0, got None"),
-        ("on_worker_failure", "ignore", "on_worker_failure must be \"raise\" or \"restart\", got 'ignore'"),
+        ("on_worker_failure", "ignore", 'on_worker_failure must be "raise" or "restart", got \'ignore\''),
         ("max_restarts", -1, "max_restarts must be an int >= 0, got -1"),
         ("max_restarts", 1.0, "max_restarts must be an int >= 0, got 1.0"),
         ("max_restarts", False, "max_restarts must be an int >= 0, got False"),
@@ -114,6 +114,6 @@ def test_from_kwargs_refuses_an_unknown_keyword_naming_the_owner_and_the_options
         PoolOptions.from_kwargs("ShmPoolVecEnv", n_worker=2)
     assert str(excinfo.value) == (
         "ShmPoolVecEnv() got an unexpected keyword argument 'n_worker'; pool options are ['n_workers', "
-        "'start_method', 'timeout', 'worker_threads', 'max_spin', 'main_shard', 'on_worker_failure', 'max_restarts', 'backend', "
-        "'n_nodes', 'omp_spin']"
+        "'start_method', 'timeout', 'worker_threads', 'max_spin', 'main_shard', 'on_worker_failure', "
+        "'max_restarts', 'backend', 'n_nodes', 'omp_spin']"
     )

@@ -30,9 +30,7 @@ def run_script(source: str, directory: Path, timeout: float = TIMEOUT) -> subpro
     """Run ``source`` as ``python script.py`` in ``directory`` (not the repository: shmvec must be installed)."""
     script = directory / "script.py"
     script.write_text(source)
-    return subprocess.run(
-        [sys.executable, str(script)], cwd=directory, capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run([sys.executable, str(script)], cwd=directory, capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_readme_has_python_examples():
@@ -50,9 +48,27 @@ def test_readme_example_runs_as_a_script(source, tmp_path):
 def test_the_demo_runs_and_says_what_the_default_chose(tmp_path):
     """The README's first command ends with ``python -m shmvec.demo``; a short run of it here."""
     done = subprocess.run(
-        [sys.executable, "-m", "shmvec.demo", "--num-envs", "4", "--seconds", "0.05", "--rounds", "1",
-         "--train-envs", "2", "--train-steps", "64", "--train-rounds", "1"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT,
+        [
+            sys.executable,
+            "-m",
+            "shmvec.demo",
+            "--num-envs",
+            "4",
+            "--seconds",
+            "0.05",
+            "--rounds",
+            "1",
+            "--train-envs",
+            "2",
+            "--train-steps",
+            "64",
+            "--train-rounds",
+            "1",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
     )
     assert done.returncode == 0, done.stderr
     assert "the default chose: ShmPoolVecEnv(num_envs=2" in done.stdout  # the training run's

@@ -118,7 +118,9 @@ class AsyncBatches:
     def _send_targets(self, env_ids: Any) -> np.ndarray:
         if env_ids is None:
             if self._last_env_ids is None:
-                raise NoPendingCallError("send() without env_ids sends to the envs of the last recv(); call recv() first")
+                raise NoPendingCallError(
+                    "send() without env_ids sends to the envs of the last recv(); call recv() first"
+                )
             return self._last_env_ids
         ids = np.asarray(env_ids)
         if ids.ndim != 1 or not (ids.dtype.kind in "iu" or (ids.size == 0 and ids.dtype.kind == "f")):
@@ -140,6 +142,10 @@ def checked_batch_size(batch_size: Any, num_envs: int | None) -> int | None:
     """``batch_size`` checked against ``num_envs`` (``None``: all envs)."""
     if batch_size is None:
         return num_envs
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= (num_envs or batch_size):
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, int)
+        or not 1 <= batch_size <= (num_envs or batch_size)
+    ):
         raise ValueError(f"batch_size must be an int between 1 and num_envs={num_envs}, got {batch_size!r}")
     return batch_size

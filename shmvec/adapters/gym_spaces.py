@@ -52,8 +52,12 @@ def observation_spaces(
     return env0_space, batch_space(env0_space, num_envs)
 
 
-def space_mismatch(space: str | None, spaces: list[Space] | None, observation_mode: Any, owner: str) -> SpaceMismatchError:
-    """``AsyncVectorEnv``'s error for envs whose ``space`` spaces (env 0's first) do not match; ``owner``: the class name."""
+def space_mismatch(
+    space: str | None, spaces: list[Space] | None, observation_mode: Any, owner: str
+) -> SpaceMismatchError:
+    """``AsyncVectorEnv``'s error for envs whose ``space`` spaces (env 0's first) do not match.
+
+    ``owner``: the vector env's class name, as the message names it."""
     if space == "action":
         return SpaceMismatchError(
             f"Some environments have an action space different from `{spaces[0]}`. "

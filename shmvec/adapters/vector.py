@@ -46,6 +46,7 @@ from shmvec.options import PoolOptions, options_doc
 
 __all__ = ["ShmVectorEnv"]
 
+
 class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
     """A drop-in replacement for Gymnasium's ``AsyncVectorEnv``/``SyncVectorEnv`` over shared memory.
 
@@ -141,7 +142,9 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
         if async_batches and options.n_workers is None and options.main_shard is None:
             options = dataclasses.replace(options, main_shard=False)  # every env steps beside the policy
         try:
-            self._pool: Engine = make_pool(env_fns, options, autoreset_mode=self.autoreset_mode, obs_space_match=obs_space_match)
+            self._pool: Engine = make_pool(
+                env_fns, options, autoreset_mode=self.autoreset_mode, obs_space_match=obs_space_match
+            )
         except SpaceMismatchError as exc:
             if exc.space == "observation" and observation_mode == "different":
                 batch_differing_spaces(exc.spaces)  # AsyncVectorEnv fails here first, if it fails
@@ -162,7 +165,11 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
             self._obs_leaves = pool.obs_leaves
             self._flat_obs = pool.obs_leaves.get(()) if len(pool.obs_leaves) == 1 else None
             self._actions = GymActions(
-                self.single_action_space, self.action_space, self.num_envs, pool.action_leaves, pool.pickled_action_paths
+                self.single_action_space,
+                self.action_space,
+                self.num_envs,
+                pool.action_leaves,
+                pool.pickled_action_paths,
             )
             # DISABLED mode: envs whose episode ended and that were not reset since.
             self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)

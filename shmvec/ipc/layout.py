@@ -207,7 +207,9 @@ class ArenaLayout:
             (ENV_STATUS, (n_envs,), np.dtype(np.int8)),
         ]
         wanted += [
-            (obs_field(leaf.path, b), (n_envs, *leaf.shape), leaf.dtype) for b in range(obs_buffers) for leaf in obs_leaves
+            (obs_field(leaf.path, b), (n_envs, *leaf.shape), leaf.dtype)
+            for b in range(obs_buffers)
+            for leaf in obs_leaves
         ]
         wanted += [
             (action_field(leaf.path), (n_envs, math.prod(leaf.shape) * ACTION_ITEMSIZE), np.dtype(np.uint8))
@@ -225,7 +227,13 @@ class ArenaLayout:
             fields[name] = spec
             offset += -(-max(spec.nbytes, 1) // ALIGNMENT) * ALIGNMENT
         return cls(
-            fields, obs_leaves, action_leaves, max(offset, ALIGNMENT), pickled_obs_leaves, pickled_action_leaves, obs_buffers
+            fields,
+            obs_leaves,
+            action_leaves,
+            max(offset, ALIGNMENT),
+            pickled_obs_leaves,
+            pickled_action_leaves,
+            obs_buffers,
         )
 
     def views(self, buffer: Any) -> dict[str, np.ndarray]:

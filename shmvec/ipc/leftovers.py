@@ -146,6 +146,8 @@ def reclaim(directory: str = SHM_DIR) -> list[str]:
     if removed:
         logger.info(
             "removed %d entries from %s left by processes that no longer exist: %s",
-            len(removed), directory, ", ".join(sorted(removed)),
+            len(removed),
+            directory,
+            ", ".join(sorted(removed)),
         )
     return removed

@@ -15,8 +15,8 @@ from typing import Any
 
 import cloudpickle
 
-from shmvec.ipc import layout as lay
 from shmvec.errors import InvalidActionError
+from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import PickledActions, ResetResult, StepInfo
 
 
@@ -36,7 +36,9 @@ class PickledLeaves:
             return None
         if columns is None or set(columns) != set(self.action_paths):
             raise ValueError(f"step_async needs the actions of the pickled action leaves {list(self.action_paths)}")
-        parts = [PickledActions({path: tuple(columns[path][s:e]) for path in self.action_paths}) for s, e in self._shards]
+        parts = [
+            PickledActions({path: tuple(columns[path][s:e]) for path in self.action_paths}) for s, e in self._shards
+        ]
         self.main_actions = parts[-1]  # used only with a main shard
         return [_dumps(part) for part in parts]
 

@@ -47,8 +47,9 @@ from __future__ import annotations
 import enum
 import pickle
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode

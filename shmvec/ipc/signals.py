@@ -92,11 +92,10 @@ class Signal:
                 pass
         learn = spin is None
         spin = self._spin if spin is None else spin
-        probe = False
         if learn and spin == 0.0 and self.max_spin > 0.0:
             self._off_waits += 1
-            if self._off_waits % PROBE_EVERY == 0:
-                spin, probe = self.max_spin, True
+            if self._off_waits % PROBE_EVERY == 0:  # a probe: spin once to see whether it would pay again
+                spin = self.max_spin
         if spin > 0.0:
             end = start + spin
             while True:

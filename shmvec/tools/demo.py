@@ -93,9 +93,14 @@ def train_side_by_side(env_id: str, num_envs: int, timesteps: int, rounds: int) 
                 times[name].append(timed_learn(PPO("MlpPolicy", env, n_steps=256, seed=r), timesteps))
             finally:
                 env.close()
-    med = {name: {k: statistics.median(t[k] for t in runs) for k in ("rollout", "update", "total")} for name, runs in times.items()}
+    med = {
+        name: {k: statistics.median(t[k] for t in runs) for k in ("rollout", "update", "total")}
+        for name, runs in times.items()
+    }
     width = max(map(len, builds))
-    print(f"\n{'wall time (median)':<{width}}  {'rollout':>8}  {'update':>8}  {'total':>8}  {'total vs DummyVecEnv':>20}")
+    print(
+        f"\n{'wall time (median)':<{width}}  {'rollout':>8}  {'update':>8}  {'total':>8}  {'total vs DummyVecEnv':>20}"
+    )
     for name, m in med.items():
         ratio = med["DummyVecEnv"]["total"] / m["total"]
         print(f"{name:<{width}}  {m['rollout']:>7.2f}s  {m['update']:>7.2f}s  {m['total']:>7.2f}s  {ratio:>19.2f}x")
@@ -106,13 +111,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="CartPole-v1", help="Gymnasium env id (default CartPole-v1)")
     parser.add_argument("--num-envs", type=int, default=64, help="envs per vector env (default 64)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes of the explicit configuration (default: cores)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="worker processes of the explicit configuration (default: cores)",
+    )
     parser.add_argument("--seconds", type=float, default=1.0, help="stepping time per round (default 1.0)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported (default 5)")
     parser.add_argument("--train-env", default="Acrobot-v1", help="env of the training run (default Acrobot-v1)")
     parser.add_argument("--train-envs", type=int, default=8, help="envs of the training run (default 8)")
-    parser.add_argument("--train-steps", type=int, default=4096, help="timesteps of each training run (0: none; default 4096)")
-    parser.add_argument("--train-rounds", type=int, default=3, help="training runs of each; the median is reported (default 3)")
+    parser.add_argument(
+        "--train-steps", type=int, default=4096, help="timesteps of each training run (0: none; default 4096)"
+    )
+    parser.add_argument(
+        "--train-rounds", type=int, default=3, help="training runs of each; the median is reported (default 3)"
+    )
     args = parser.parse_args(argv)
     if args.train_steps > 0:
         train_side_by_side(args.train_env, args.train_envs, args.train_steps, args.train_rounds)

@@ -42,13 +42,25 @@ def stand_in_policy(name: str, obs_shape: tuple[int, ...], n_actions: int = 2) -
 
     if name == "mlp":
         n_in = int(np.prod(obs_shape))
-        actor = nn.Sequential(nn.Flatten(), nn.Linear(n_in, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, n_actions))
-        critic = nn.Sequential(nn.Flatten(), nn.Linear(n_in, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
+        actor = nn.Sequential(
+            nn.Flatten(), nn.Linear(n_in, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, n_actions)
+        )
+        critic = nn.Sequential(
+            nn.Flatten(), nn.Linear(n_in, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1)
+        )
     else:
         channels = _channels(obs_shape)
         actor = nn.Sequential(
-            nn.Conv2d(channels, 32, 8, 4), nn.ReLU(), nn.Conv2d(32, 64, 4, 2), nn.ReLU(), nn.Conv2d(64, 64, 3, 1), nn.ReLU(),
-            nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, n_actions),
+            nn.Conv2d(channels, 32, 8, 4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, 2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, 1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(3136, 512),
+            nn.ReLU(),
+            nn.Linear(512, n_actions),
         )
         critic = None
 
@@ -67,7 +79,9 @@ def stand_in_policy(name: str, obs_shape: tuple[int, ...], n_actions: int = 2) -
 
 def _channels(obs_shape: tuple[int, ...]) -> int:
     if len(obs_shape) != 3 or sorted(obs_shape)[1:] != [84, 84]:
-        raise ValueError(f"--policy cnn needs 84x84 frames with channels first or last, got observations of shape {obs_shape}")
+        raise ValueError(
+            f"--policy cnn needs 84x84 frames with channels first or last, got observations of shape {obs_shape}"
+        )
     return obs_shape[0] if obs_shape[1:] == (84, 84) else obs_shape[-1]
 
 

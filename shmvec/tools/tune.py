@@ -28,7 +28,6 @@ import importlib
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,7 +82,12 @@ class _Make:
 
 
 def plan_rows(
-    env_fn: Callable[[], gym.Env], num_envs: int, cores: int, t_env: float, scale: float = 1.0, caller_computes: bool = True
+    env_fn: Callable[[], gym.Env],
+    num_envs: int,
+    cores: int,
+    t_env: float,
+    scale: float = 1.0,
+    caller_computes: bool = True,
 ) -> list[Row]:
     """The implementations to measure: the references (those installed) and shmvec's candidates."""
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
@@ -102,7 +106,13 @@ def plan_rows(
         pass
     rows.append(Row("SyncVectorEnv", "gym", lambda: SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)))
     if num_envs <= MAX_PROCS:
-        rows.append(Row("AsyncVectorEnv", "gym", lambda: AsyncVectorEnv(fns, shared_memory=True, autoreset_mode=AutoresetMode.SAME_STEP)))
+        rows.append(
+            Row(
+                "AsyncVectorEnv",
+                "gym",
+                lambda: AsyncVectorEnv(fns, shared_memory=True, autoreset_mode=AutoresetMode.SAME_STEP),
+            )
+        )
     for k, main in autoconfig.candidates(num_envs, cores):
         step = autoconfig.predicted_step_time(num_envs, cores, t_env, k, main, scale, caller_computes)
         predicted = None if caller_computes else num_envs / step  # the model leaves the policy's time out
@@ -111,7 +121,9 @@ def plan_rows(
             Row(
                 f"shmvec {args}",
                 "gym",
-                lambda k=k, main=main: ShmVectorEnv(fns, k, main_shard=main, start_method="fork", autoreset_mode="SameStep"),
+                lambda k=k, main=main: ShmVectorEnv(
+                    fns, k, main_shard=main, start_method="fork", autoreset_mode="SameStep"
+                ),
                 (k, main),
                 predicted,
             )
@@ -120,7 +132,12 @@ def plan_rows(
 
 
 def measure(
-    rows: list[Row], num_envs: int, seconds: float, repeats: int, progress: Callable[[], None], policy: StandIn | None = None
+    rows: list[Row],
+    num_envs: int,
+    seconds: float,
+    repeats: int,
+    progress: Callable[[], None],
+    policy: StandIn | None = None,
 ) -> None:
     """Build every row, then sample each ``repeats`` times round-robin (order rotated), ``seconds``
     each, with ``policy`` called on the observations between steps."""
@@ -139,7 +156,7 @@ def measure(
                 row.error = f"{type(exc).__name__}: {exc}"
             progress()
         for r in range(repeats):
-            turn = live[r % len(live):] + live[: r % len(live)] if live else []
+            turn = live[r % len(live) :] + live[: r % len(live)] if live else []
             for row, env, actions in turn:
                 row.samples.append(steps_per_second(env, actions, seconds, policy))
                 progress()
@@ -164,7 +181,13 @@ def _progress_bar(total: int) -> tuple[Callable[[], None], Callable[[], None]]:
 
 
 def report(
-    env: str, num_envs: int, cores: int, t_env: float, plan: autoconfig.Plan, rows: list[Row], scale: float = 1.0,
+    env: str,
+    num_envs: int,
+    cores: int,
+    t_env: float,
+    plan: autoconfig.Plan,
+    rows: list[Row],
+    scale: float = 1.0,
     policy: str = "none",
 ) -> dict:
     """What the tuner found, as a dict (the ``--json`` output)."""
@@ -228,9 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("env", help="a registered env id (CartPole-v1) or module:callable returning an env")
     parser.add_argument("--num-envs", type=int, default=16, help="envs per vector env (default 16)")
     parser.add_argument("--seconds", type=float, default=0.5, help="seconds per sample (default 0.5)")
-    parser.add_argument("--repeats", type=int, default=5, help="samples per implementation, round-robin; medians (default 5)")
     parser.add_argument(
-        "--policy", default="mlp", help=f"compute between steps: one of {', '.join(CHOICES)} or module:callable (default mlp)"
+        "--repeats", type=int, default=5, help="samples per implementation, round-robin; medians (default 5)"
+    )
+    parser.add_argument(
+        "--policy",
+        default="mlp",
+        help=f"compute between steps: one of {', '.join(CHOICES)} or module:callable (default mlp)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args(argv)

@@ -1,1 +1,2 @@
-"""Tests of shmvec.adapters: ShmPoolVecEnv against SB3 (test_sb3_*), ShmVectorEnv against Gymnasium (test_vector*), registration."""
+"""Tests of shmvec.adapters: ShmPoolVecEnv against SB3 (test_sb3_*), ShmVectorEnv against Gymnasium
+(test_vector*), registration."""

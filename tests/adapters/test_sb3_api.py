@@ -60,9 +60,7 @@ def _stepped_pair(closing, env_fns, n_workers=2, steps=12, seed=0):
 def test_get_attr_set_attr_env_method_with_indices(indices, closing):
     shm, dummy = _stepped_pair(closing, [make_mixed] * N)
     targets = [int(i) % N for i in dummy._get_indices(indices)]
-    for i in range(
-        N
-    ):  # a distinct value per env, so that a wrong index cannot go unnoticed
+    for i in range(N):  # a distinct value per env, so that a wrong index cannot go unnoticed
         shm.set_attr("ident", f"env{i}", indices=i)
     assert shm.get_attr("ident", indices) == [f"env{i}" for i in targets]
     for name in ("calls", "t", "_max_episode_steps", "render_mode", "metadata"):
@@ -81,9 +79,7 @@ def test_get_attr_set_attr_env_method_with_indices(indices, closing):
     )
     for venv in (shm, dummy):
         venv.set_attr("tag", "set", indices)
-        venv.set_attr(
-            "calls", -7, indices
-        )  # lands on the outer wrapper and shadows the env's
+        venv.set_attr("calls", -7, indices)  # lands on the outer wrapper and shadows the env's
     assert_same(shm.get_attr("calls"), dummy.get_attr("calls"), "calls after set_attr")
     assert shm.has_attr("tag") is dummy.has_attr("tag") is (len(set(targets)) == N)
     assert shm.get_attr("tag", targets) == ["set"] * len(targets)
@@ -103,9 +99,7 @@ def test_get_attr_tuple_env_and_unknown_attribute(closing):
         shm.get_attr("no_such_attribute")
     with pytest.raises(AttributeError, match="no_such_method"):
         shm.env_method("no_such_method", indices=1)
-    assert shm.get_attr("x", 0)[0].shape == (
-        2,
-    )  # the pool is still usable after a remote error
+    assert shm.get_attr("x", 0)[0].shape == (2,)  # the pool is still usable after a remote error
 
 
 def test_index_out_of_range_is_refused(closing):
@@ -122,9 +116,7 @@ def test_env_method_reset_matches_dummy(closing):
     want = dummy.env_method("reset", seed=11, indices=[0, 2])
     assert_same(got, want, "env_method('reset')")
     actions = np.full((4, 3), 0.5, dtype=np.float32)
-    assert_same(
-        shm.step(actions), dummy.step(actions), "step after env_method('reset')"
-    )
+    assert_same(shm.step(actions), dummy.step(actions), "step after env_method('reset')")
 
 
 def test_env_method_repeated_indices_call_once_per_occurrence(closing):
@@ -137,9 +129,7 @@ def test_env_method_repeated_indices_call_once_per_occurrence(closing):
             dummy.env_method("step", action, indices=indices),
             f"{indices}",
         )
-        assert_same(
-            shm.get_attr("calls"), dummy.get_attr("calls"), f"calls after {indices}"
-        )
+        assert_same(shm.get_attr("calls"), dummy.get_attr("calls"), f"calls after {indices}")
     assert shm.get_attr("calls") == [
         2 + 1,
         2 + 3,
@@ -194,19 +184,13 @@ def test_env_is_wrapped(closing):
 def test_get_images_and_render_rgb_array(closing):
     shm, dummy = _stepped_pair(closing, [mixed_rgb] * N, n_workers=3, steps=17)
     for venv in (shm, dummy):
-        venv.env_method(
-            "reset", indices=[0, 3]
-        )  # so that the envs show different frames
+        venv.env_method("reset", indices=[0, 3])  # so that the envs show different frames
     assert shm.render_mode == dummy.render_mode == "rgb_array"
     images = shm.get_images()
     assert_same(images, dummy.get_images(), "get_images()")
-    assert (
-        len({int(image[0, 0, 0]) for image in images}) > 1
-    )  # the envs are at different times
+    assert len({int(image[0, 0, 0]) for image in images}) > 1  # the envs are at different times
     assert_same(shm.render(), dummy.render(), "render()")
-    assert_same(
-        shm.render("rgb_array"), dummy.render("rgb_array"), "render('rgb_array')"
-    )
+    assert_same(shm.render("rgb_array"), dummy.render("rgb_array"), "render('rgb_array')")
     assert shm.render().shape == (4 * 3, 4 * 2, 3)  # 5 images tiled 3 x 2
 
 
@@ -218,15 +202,11 @@ def test_render_without_render_mode_warns_like_dummy(closing):
             assert venv.get_images() == [None, None, None]
         with pytest.warns(UserWarning, match="no `render_mode` was passed"):
             assert venv.render() is None
-        with pytest.warns(
-            UserWarning, match="has to be the same as the environment render mode"
-        ):
+        with pytest.warns(UserWarning, match="has to be the same as the environment render mode"):
             assert venv.render("rgb_array") is None
 
 
-@pytest.mark.parametrize(
-    "make", [cartpole, make_mixed, mixed_rgb], ids=["cartpole", "mixed", "mixed_rgb"]
-)
+@pytest.mark.parametrize("make", [cartpole, make_mixed, mixed_rgb], ids=["cartpole", "mixed", "mixed_rgb"])
 def test_metadata_spaces_and_render_mode_match_dummy(make, closing):
     shm, dummy = make_pair([make] * 3, 2, closing)
     assert shm.metadata == dummy.metadata
@@ -317,9 +297,7 @@ def test_returned_obs_is_not_overwritten_or_shared(closing):
             if "terminal_observation" in info
         ]
         for key in out[0]:
-            out[0][key][...] = (
-                0  # the caller scribbling on its obs must not reach the envs
-            )
+            out[0][key][...] = 0  # the caller scribbling on its obs must not reach the envs
     for ref, saved in terminal:
         assert_same(ref, saved, "terminal_observation changed by a later step")
     assert_same(reset_obs, reset_copy, "reset() obs changed by later steps")
@@ -417,9 +395,7 @@ def test_same_env_instance_twice_in_one_worker():
     with pytest.raises(ValueError, match="same"):
         DummyVecEnv([lambda: shared] * 2)
     with pytest.raises(ValueError, match="same env instance"):
-        ShmPoolVecEnv(
-            [lambda: shared, cartpole, lambda: shared], n_workers=1, start_method="fork"
-        )
+        ShmPoolVecEnv([lambda: shared, cartpole, lambda: shared], n_workers=1, start_method="fork")
 
 
 @pytest.mark.parametrize("n_workers", [0, -1, 4, 1.5, "2", True])
@@ -442,9 +418,7 @@ class TextObsEnv(BoxObsEnv):
 
 class NestedDictObsEnv(BoxObsEnv):
     def __init__(self):
-        self.observation_space = spaces.Dict(
-            {"outer": spaces.Dict({"inner": spaces.Box(-1, 1, (2,))})}
-        )
+        self.observation_space = spaces.Dict({"outer": spaces.Dict({"inner": spaces.Box(-1, 1, (2,))})})
         self.action_space = spaces.Discrete(2)
 
 

@@ -21,9 +21,7 @@ STEPS = 300
 
 
 def pendulum():
-    return gym.make(
-        "Pendulum-v1", max_episode_steps=60
-    )  # float32 Box actions, truncations
+    return gym.make("Pendulum-v1", max_episode_steps=60)  # float32 Box actions, truncations
 
 
 def acrobot():
@@ -42,26 +40,16 @@ ENVS = {
 SHAPES = [(1, 1), (4, 1), (5, 2), (7, 3), (8, 8), (16, 2)]
 
 
-def _check_run(
-    name: str, n_envs: int, n_workers: int, closing, steps: int = STEPS, **shm_kwargs
-):
+def _check_run(name: str, n_envs: int, n_workers: int, closing, steps: int = STEPS, **shm_kwargs):
     make, options, expected_ends = ENVS[name]
     shm, dummy = make_pair([make] * n_envs, n_workers, closing, **shm_kwargs)
     assert shm.n_workers == n_workers
-    counts = run_equivalence(
-        shm, dummy, steps, seed=n_envs * 100 + n_workers, reset_options=options
-    )
-    for (
-        kind
-    ) in expected_ends:  # the run must have exercised the auto-reset paths it claims to
-        assert counts[kind] > 0, (
-            f"{name}: no {kind} episode end in {steps} steps: {counts}"
-        )
+    counts = run_equivalence(shm, dummy, steps, seed=n_envs * 100 + n_workers, reset_options=options)
+    for kind in expected_ends:  # the run must have exercised the auto-reset paths it claims to
+        assert counts[kind] > 0, f"{name}: no {kind} episode end in {steps} steps: {counts}"
 
 
-@pytest.mark.parametrize(
-    "n_envs,n_workers", SHAPES, ids=[f"N{n}K{k}" for n, k in SHAPES]
-)
+@pytest.mark.parametrize("n_envs,n_workers", SHAPES, ids=[f"N{n}K{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("name", ["cartpole", "pendulum", "mixed", "tuple", "acrobot"])
 def test_equivalent_to_dummy(name, n_envs, n_workers, closing):
     _check_run(name, n_envs, n_workers, closing)
@@ -76,8 +64,7 @@ MAIN_CASES = [
     (name, n, k)
     for n, k in [(1, 0), (3, 0), (5, 1), (7, 2), (16, 1)]
     for name in ["cartpole", "pendulum", "mixed", "tuple", "acrobot"]
-    if n not in (3, 7)
-    or name in ("cartpole", "mixed")  # the rest is covered by the other shapes
+    if n not in (3, 7) or name in ("cartpole", "mixed")  # the rest is covered by the other shapes
 ]
 
 
@@ -186,9 +173,7 @@ def test_python_int_and_numpy_scalar_action_arrays(closing):
 
 
 def frozen_lake():
-    return gym.make(
-        "FrozenLake-v1", map_name="4x4", is_slippery=True, max_episode_steps=6
-    )
+    return gym.make("FrozenLake-v1", map_name="4x4", is_slippery=True, max_episode_steps=6)
 
 
 def test_discrete_observations_frozen_lake(closing):
@@ -203,9 +188,7 @@ class MultiActionEnv(gym.Env):
     """MultiDiscrete or MultiBinary actions (integer arrays) and float64 Box observations."""
 
     def __init__(self, binary: bool = False):
-        self.action_space = (
-            spaces.MultiBinary(3) if binary else spaces.MultiDiscrete([2, 3, 4])
-        )
+        self.action_space = spaces.MultiBinary(3) if binary else spaces.MultiDiscrete([2, 3, 4])
         self.observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float64)
 
     def reset(self, *, seed=None, options=None):
@@ -215,12 +198,7 @@ class MultiActionEnv(gym.Env):
 
     def step(self, action):
         assert self.action_space.contains(action), action
-        self.x = (
-            self.x
-            + np.asarray(action, dtype=np.float64)
-            - 1.0
-            + self.np_random.normal(size=3)
-        )
+        self.x = self.x + np.asarray(action, dtype=np.float64) - 1.0 + self.np_random.normal(size=3)
         return (
             self.x.copy(),
             float(np.sum(action)),

@@ -19,9 +19,7 @@ from tests.sb3_compare import make_pair
 
 
 def monitored_cartpole():
-    return Monitor(
-        gym.make("CartPole-v1")
-    )  # episode infos reach the model's ep_info_buffer
+    return Monitor(gym.make("CartPole-v1"))  # episode infos reach the model's ep_info_buffer
 
 
 def pendulum():
@@ -87,9 +85,7 @@ def test_learn_matches_dummy(name, copy, closing):
     got, want = model.policy.state_dict(), reference.policy.state_dict()
     assert list(got) == list(want)
     for key in want:
-        assert torch.equal(got[key], want[key]), (
-            f"{name}: parameter {key} differs from the DummyVecEnv run"
-        )
+        assert torch.equal(got[key], want[key]), f"{name}: parameter {key} differs from the DummyVecEnv run"
     episodes = [(e["r"], e["l"]) for e in model.ep_info_buffer]
     assert episodes == [(e["r"], e["l"]) for e in reference.ep_info_buffer]
     if make is monitored_cartpole:
@@ -101,9 +97,7 @@ def test_learn_matches_dummy(name, copy, closing):
     actions, _ = model.predict(obs, deterministic=True)
     assert shm.step(actions)[0].shape == obs.shape
     assert shm.env_is_wrapped(gym.wrappers.TimeLimit) == [True] * n_envs
-    assert np.isfinite(
-        np.concatenate([p.detach().numpy().ravel() for p in model.policy.parameters()])
-    ).all()
+    assert np.isfinite(np.concatenate([p.detach().numpy().ravel() for p in model.policy.parameters()])).all()
 
 
 class MultiBinaryEnv(gym.Env):
@@ -118,9 +112,7 @@ class MultiBinaryEnv(gym.Env):
         return self.np_random.uniform(-1, 1, 3).astype(np.float32), {}
 
     def step(self, action):
-        assert self.action_space.contains(action), (
-            action
-        )  # float 0./1. arrays are contained
+        assert self.action_space.contains(action), action  # float 0./1. arrays are contained
         self.t += 1
         obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
         return obs, float(np.dot(obs, action)), False, self.t >= 20, {}

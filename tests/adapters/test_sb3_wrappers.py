@@ -36,9 +36,7 @@ def test_vec_normalize(closing, copy):
         assert_same(shm_w.obs_rms.mean, dummy_w.obs_rms.mean, "obs_rms.mean")
         assert_same(shm_w.obs_rms.var, dummy_w.obs_rms.var, "obs_rms.var")
         assert_same(shm_w.ret_rms.var, dummy_w.ret_rms.var, "ret_rms.var")
-        assert_same(
-            shm_w.get_original_obs(), dummy_w.get_original_obs(), "original obs"
-        )
+        assert_same(shm_w.get_original_obs(), dummy_w.get_original_obs(), "original obs")
         assert_same(
             shm_w.get_original_reward(),
             dummy_w.get_original_reward(),

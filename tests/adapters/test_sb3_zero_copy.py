@@ -77,4 +77,3 @@ def test_reset_also_turns_the_buffer_and_copy_true_never_shares(closing):
     assert_same(again, kept, "the reset observation lives through the next step")
     obs = [copying.reset()] + [copying.step(np.zeros(3, dtype=np.int64))[0] for _ in range(3)]
     assert not any(np.shares_memory(a, b) for a in obs for b in obs if a is not b)
-

@@ -132,7 +132,7 @@ def test_misuse_raises_what_async_vector_env_raises(closing):
         for env in (shm, ref):
             for call in calls[:-1]:
                 call(env)
-            errors.append(raised(lambda: calls[-1](env)))
+            errors.append(raised(lambda calls=calls, env=env: calls[-1](env)))
             finish_pending(env)
         assert_same_error(*errors, where=name)
     assert_same(shm.step(ACTIONS)[:4], ref.step(ACTIONS)[:4], "still in step after all that")
@@ -196,7 +196,7 @@ def test_calls_after_close_raise_what_async_vector_env_raises(closing):
         env.close()  # twice is fine
         assert env.closed
     for name, call in CLOSED_CALLS.items():
-        assert_same_error(raised(lambda: call(shm)), raised(lambda: call(ref)), where=name)
+        assert_same_error(raised(lambda call=call: call(shm)), raised(lambda call=call: call(ref)), where=name)
 
 
 # ---- actions that are not a batch ---------------------------------------------------------
@@ -365,8 +365,8 @@ def test_observation_mode_different_and_custom_match_async_and_sync(mode, closin
 
 def test_invalid_observation_modes_raise_what_async_vector_env_raises():
     for mode in ["invalid", (Box(0, 1, (2,)), "not a space"), [Box(0, 1, (3, 2)), Box(0, 1, (2,))]]:
-        ours = raised(lambda: ShmVectorEnv(BOUNDED, 2, start_method="fork", observation_mode=mode))
-        theirs = raised(lambda: AsyncVectorEnv(BOUNDED, context="fork", observation_mode=mode))
+        ours = raised(lambda mode=mode: ShmVectorEnv(BOUNDED, 2, start_method="fork", observation_mode=mode))
+        theirs = raised(lambda mode=mode: AsyncVectorEnv(BOUNDED, context="fork", observation_mode=mode))
         assert_same_error(ours, theirs, where=repr(mode))
 
 

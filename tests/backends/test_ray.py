@@ -33,7 +33,7 @@ from tests.ipc.test_action_dtypes import SPACES, batches, probe
 from tests.sb3_compare import run_equivalence
 
 ray = pytest.importorskip("ray")
-import ray.cloudpickle  # noqa: E402
+import ray.cloudpickle  # noqa: E402, F811 (the submodule, bound to the same name)
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.exceptions import ActorUnavailableError  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
@@ -49,7 +49,9 @@ SEEN_PIDS: set[int] = set()  # every node actor and worker the module started: n
 
 @pytest.fixture(scope="module")
 def cluster():
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))  # for the nodes: tests.*
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [REPO, os.environ.get("PYTHONPATH")])
+    )  # for the nodes: tests.*
     simulated = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
         simulated.add_node(num_cpus=1)
@@ -230,7 +232,9 @@ def test_env_error_names_the_global_env_and_keeps_the_remote_traceback(closing):
         envs.step(np.zeros(N, dtype=np.int64))
     assert caught.value.env_index == 3
     assert "env 3 on node 1" in "\n".join(caught.value.__notes__)
-    assert isinstance(caught.value.__cause__, RemoteTraceback) and "step failed on purpose" in str(caught.value.__cause__)
+    assert isinstance(caught.value.__cause__, RemoteTraceback) and "step failed on purpose" in str(
+        caught.value.__cause__
+    )
     envs.step(np.zeros(N, dtype=np.int64))  # an env error does not break the pool
 
 

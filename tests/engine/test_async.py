@@ -83,7 +83,11 @@ def test_small_batches_give_each_env_its_own_trajectory(mode, main_shard, closin
     """Whatever the batches, env i sees the same seeds and actions as in SyncVectorEnv, so the same results."""
     n_envs, batch, steps = 7, 3, 60
     fn = FACTORIES["MixedDict"]
-    shm = closing(ShmVectorEnv([fn] * n_envs, 2, autoreset_mode=mode, batch_size=batch, start_method="fork", main_shard=main_shard))
+    shm = closing(
+        ShmVectorEnv(
+            [fn] * n_envs, 2, autoreset_mode=mode, batch_size=batch, start_method="fork", main_shard=main_shard
+        )
+    )
     ref = closing(SyncVectorEnv([fn] * n_envs, autoreset_mode=mode))
     space = ref.single_action_space
     # The reference: every env steps in lockstep with its own action sequence.
@@ -270,7 +274,13 @@ def test_dead_worker_restarts(closing, tmp_path):
     from tests.faulty import die_once_fns
 
     envs = closing(
-        ShmVectorEnv(die_once_fns("exit", str(tmp_path / "died")), 2, batch_size=4, start_method="fork", on_worker_failure="restart")
+        ShmVectorEnv(
+            die_once_fns("exit", str(tmp_path / "died")),
+            2,
+            batch_size=4,
+            start_method="fork",
+            on_worker_failure="restart",
+        )
     )
     envs.async_reset(seed=0)
     envs.recv()

@@ -323,7 +323,9 @@ def test_dev_shm_too_small(monkeypatch, adapter):
     import shmvec.ipc.arena
 
     monkeypatch.setattr(shmvec.ipc.arena, "free_bytes", lambda: 100)
-    with pytest.raises(SharedMemoryCapacityError, match=r"needs [\d,]+ bytes of shared memory in /dev/shm, but only 100 bytes are free") as excinfo:
+    with pytest.raises(
+        SharedMemoryCapacityError, match=r"needs [\d,]+ bytes of shared memory in /dev/shm, but only 100 bytes are free"
+    ) as excinfo:
         make_vec(adapter, env_fns(None), start_method="fork")
     assert isinstance(excinfo.value, MemoryError)
     assert "--shm-size" in str(excinfo.value)
@@ -386,7 +388,9 @@ def run_script(tmp_path, body: str, *args: str, **popen) -> subprocess.Popen:
 def read_ready(proc: subprocess.Popen) -> list[str]:
     """Wait for the script's READY line (bounded by the test's timeout) and return its fields."""
     line = proc.stdout.readline()
-    assert line.startswith("READY"), f"script failed to start: {line!r}\n{proc.stderr.read() if proc.poll() is not None else ''}"
+    assert line.startswith("READY"), (
+        f"script failed to start: {line!r}\n{proc.stderr.read() if proc.poll() is not None else ''}"
+    )
     return line.split()[1:]
 
 

@@ -54,14 +54,18 @@ def test_choice_is_near_the_models_best_and_valid(cores, num_envs, t_env):
     lanes = plan.n_workers + plan.main_shard
     assert 1 <= lanes <= min(num_envs, cores)
     best = min(predicted_step_time(num_envs, cores, t_env, k, main) for k, main in candidates(num_envs, cores))
-    assert best / predicted_step_time(num_envs, cores, t_env, plan.n_workers, plan.main_shard) >= 1 - ISOLATION_TOLERANCE
+    assert (
+        best / predicted_step_time(num_envs, cores, t_env, plan.n_workers, plan.main_shard) >= 1 - ISOLATION_TOLERANCE
+    )
 
 
 def test_the_model_is_a_training_loop_where_workers_wake_up_each_step():
     training = predicted_step_time(8, CORES, 7e-6, 1, True)
     bare = predicted_step_time(8, CORES, 7e-6, 1, True, caller_computes=False)
     assert training - bare == pytest.approx(autoconfig.T_SYNC_BLOCK)
-    assert predicted_step_time(8, CORES, 7e-6, 0, True) == predicted_step_time(8, CORES, 7e-6, 0, True, caller_computes=False)
+    assert predicted_step_time(8, CORES, 7e-6, 0, True) == predicted_step_time(
+        8, CORES, 7e-6, 0, True, caller_computes=False
+    )
     assert bare < predicted_step_time(8, CORES, 7e-6, 0, True) < training  # in a bare loop a worker would pay
 
 
@@ -178,7 +182,9 @@ def test_explicit_n_workers_gives_exactly_that_many_workers_and_no_main_shard(cl
 
 
 @pytest.mark.parametrize("caller_time, expected", [(10e-6, NextWait.SPIN), (1e-3, NextWait.BLOCK)])
-def test_workers_spin_for_the_next_step_only_while_the_caller_comes_straight_back(closing, monkeypatch, caller_time, expected):
+def test_workers_spin_for_the_next_step_only_while_the_caller_comes_straight_back(
+    closing, monkeypatch, caller_time, expected
+):
     clock = [100.0]
     fake_time = types.SimpleNamespace(perf_counter=lambda: clock[0], monotonic=time.monotonic)
     monkeypatch.setattr(pool_module, "time", fake_time)  # the pool's clock only

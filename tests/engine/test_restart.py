@@ -99,14 +99,19 @@ def step_gym(env, ref, action, kept=KEPT):
 
 
 def restart_warning(worker: int, envs: str, pid: int, how: str) -> str:
-    return rf"worker {worker} \(envs {envs}, pid {pid}\) died with {how}[^;]*; restarting it \(restart 1 of max_restarts=3\)"
+    return (
+        rf"worker {worker} \(envs {envs}, pid {pid}\) died with {how}[^;]*; "
+        r"restarting it \(restart 1 of max_restarts=3\)"
+    )
 
 
 # -- a worker dies inside a step ------------------------------------------------------------
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("how, at, copy", [("exit", AT, True), ("sigkill", AT, True), ("exit", LATE, True), ("exit", AT + 1, False)])
+@pytest.mark.parametrize(
+    "how, at, copy", [("exit", AT, True), ("sigkill", AT, True), ("exit", LATE, True), ("exit", AT + 1, False)]
+)
 def test_sb3_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, how, at, copy):
     """``copy=False``: the new worker writes its reset observations into the step's buffer
     (at AT + 1 that is buffer 1, the one a worker starting afresh would not pick by itself)."""
@@ -180,7 +185,9 @@ def test_gym_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, m
 @pytest.mark.timeout(60)
 def test_gym_disabled_mode_restarted_envs_need_a_reset(closing, marker):
     env = closing(
-        ShmVectorEnv(die_once_fns("exit", marker, at=AT), N_WORKERS, autoreset_mode="Disabled", start_method="fork", **RESTART)
+        ShmVectorEnv(
+            die_once_fns("exit", marker, at=AT), N_WORKERS, autoreset_mode="Disabled", start_method="fork", **RESTART
+        )
     )
     env.reset(seed=0)
     zeros = np.zeros(N_ENVS, dtype=np.int64)
@@ -248,7 +255,9 @@ def test_async_sends_after_a_restart_in_a_step_step_exactly_the_envs_sent(closin
     The main process's inbox count used to outlive such a restart: the new worker then
     stepped the old slots too (envs 2 and 3 stepped three times by one send).
     """
-    env = closing(ShmVectorEnv(die_once_fns("exit", marker), N_WORKERS, batch_size=N_ENVS, start_method="fork", **RESTART))
+    env = closing(
+        ShmVectorEnv(die_once_fns("exit", marker), N_WORKERS, batch_size=N_ENVS, start_method="fork", **RESTART)
+    )
     actions = np.zeros(N_ENVS, np.int64)
     env.async_reset(seed=0)
     env.recv(timeout=5)

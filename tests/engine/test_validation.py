@@ -31,7 +31,9 @@ def test_checked_column_refuses_ragged_values():
     view = np.zeros((2, 2), np.int64)
     with pytest.raises(InvalidActionError, match=r"got values that do not form one array: ") as excinfo:
         checked_column([[0], [0, 1]], view, spaces.MultiDiscrete([2, 2]), "actions at ('a',)")
-    assert str(excinfo.value).startswith("expected actions at ('a',) of shape (2, 2) (num_envs=2, action space MultiDiscrete([2 2]))")
+    assert str(excinfo.value).startswith(
+        "expected actions at ('a',) of shape (2, 2) (num_envs=2, action space MultiDiscrete([2 2]))"
+    )
 
 
 def test_checked_column_refuses_float_to_int():
@@ -63,12 +65,17 @@ def test_check_env_fns_returns_a_list():
     [
         ("CartPole-v1", TypeError, "env_fns must be a list of callables that each build an env, got str"),
         (make_env, TypeError, "env_fns must be a list of callables that each build an env, got function"),
-        ((f for f in [make_env]), TypeError, "env_fns must be a list of callables that each build an env, got generator"),
+        (
+            (f for f in [make_env]),
+            TypeError,
+            "env_fns must be a list of callables that each build an env, got generator",
+        ),
         ([], ValueError, "env_fns is empty: pass at least one callable that builds an env"),
         (
             [make_env, "CartPole-v1"],
             TypeError,
-            "env_fns[1] is a str, not a callable; pass functions that build envs, e.g. [lambda: gym.make('CartPole-v1')] * 8",
+            "env_fns[1] is a str, not a callable; pass functions that build envs, "
+            "e.g. [lambda: gym.make('CartPole-v1')] * 8",
         ),
     ],
     ids=["str", "one callable", "generator", "empty", "non-callable"],
@@ -131,8 +138,8 @@ def test_split_actions_of_a_flat_space_is_one_column():
     [
         (
             {"move": [1, 2]},
-            f"expected a list of 2 actions, one per env, each an element of {ACTION_SPACE} (as DummyVecEnv takes them), "
-            "got a dict with keys ['move']",
+            f"expected a list of 2 actions, one per env, each an element of {ACTION_SPACE} "
+            "(as DummyVecEnv takes them), got a dict with keys ['move']",
         ),
         (5, f"expected a list of 2 actions, one per env, each an element of {ACTION_SPACE}, got a int"),
         ([{"move": 1, "aim": (0, 0)}], f"expected 2 actions (one per env, each an element of {ACTION_SPACE}), got 1"),
@@ -162,7 +169,17 @@ def test_split_actions_of_a_flat_space_is_one_column():
             f"actions[0]['aim'] is a int, expected a tuple of 2 actions ({ACTION_SPACE['aim']})",
         ),
     ],
-    ids=["mapping", "no len", "count", "missing key", "extra key", "missing and extra", "not a dict", "tuple length", "not a tuple"],
+    ids=[
+        "mapping",
+        "no len",
+        "count",
+        "missing key",
+        "extra key",
+        "missing and extra",
+        "not a dict",
+        "tuple length",
+        "not a tuple",
+    ],
 )
 def test_split_actions_refuses(actions, message):
     with pytest.raises(InvalidActionError) as excinfo:

@@ -54,14 +54,24 @@ def leaf_batches(space: spaces.Space, rng: np.random.Generator, n: int) -> list[
         floats = rng.uniform(space.low, space.high, (n, *space.shape))  # float64, as numpy makes them
         ints = rng.integers(0, 2, (n, *space.shape))
         arrays = [floats, floats.astype(np.float32), floats.astype(np.float16), floats.astype(np.longdouble), ints]
-        forms = [lambda j: floats[j].astype(np.float16), lambda j: floats[j], lambda j: floats[j].tolist(), lambda j: ints[j].astype(np.int8)]
+        forms = [
+            lambda j: floats[j].astype(np.float16),
+            lambda j: floats[j],
+            lambda j: floats[j].tolist(),
+            lambda j: ints[j].astype(np.int8),
+        ]
         mix = [forms[j % 4](j) for j in range(n)]
         return [*arrays, floats.tolist(), ints.tolist(), mix]
     ints = np.stack([space.sample() for _ in range(n)]).astype(np.int64)
     arrays = [ints, ints.astype(np.int32), ints.astype(np.uint8), ints.astype(np.int16)]
     if isinstance(space, spaces.MultiBinary):
         arrays += [ints.astype(np.bool_), ints.astype(np.float32)]  # SB3's PPO samples MultiBinary as floats
-    forms = [lambda j: ints[j].astype(np.int16), lambda j: ints[j], lambda j: ints[j].tolist(), lambda j: ints[j].astype(np.uint8)]
+    forms = [
+        lambda j: ints[j].astype(np.int16),
+        lambda j: ints[j],
+        lambda j: ints[j].tolist(),
+        lambda j: ints[j].astype(np.uint8),
+    ]
     mix = [forms[j % 4](j) for j in range(n)]
     return [*arrays, ints.tolist(), mix]
 
@@ -121,7 +131,9 @@ def test_async_batches_hand_each_env_what_it_gets_alone(name, main_shard, closin
     """Batches of 2 in flight together, each in its own dtypes, in every worker (a batch
     takes envs from every worker in turn)."""
     space = SPACES[name]
-    envs = closing(ShmVectorEnv([probe(space)] * N, 2 - main_shard, batch_size=2, main_shard=main_shard, start_method="fork"))
+    envs = closing(
+        ShmVectorEnv([probe(space)] * N, 2 - main_shard, batch_size=2, main_shard=main_shard, start_method="fork")
+    )
     alone = [ActionProbeEnv(space) for _ in range(N)]
     forms = batches(space, np.random.default_rng(3), n=2)
     envs.async_reset(seed=0)

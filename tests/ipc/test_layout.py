@@ -230,7 +230,7 @@ def test_views_over_a_bytearray_are_separate_windows_of_it():
         assert (view.shape, view.dtype) == (layout.fields[name].shape, layout.fields[name].dtype)
     for n, view in enumerate(views.values(), start=1):  # each field its own value: no overlap
         view.view(np.uint8)[...] = n
-    for n, (name, view) in enumerate(views.items(), start=1):
+    for n, name in enumerate(views, start=1):
         spec = layout.fields[name]
         assert bytes(buffer[spec.offset : spec.offset + spec.nbytes]) == bytes([n]) * spec.nbytes, name
     views["reward"][2] = 1.5  # writes go straight to the buffer

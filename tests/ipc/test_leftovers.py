@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import gymnasium as gym
 import psutil
@@ -88,14 +87,18 @@ def test_killed_group_leftovers_go_at_next_pool_start(tmp_path, caplog, closing,
     )
     try:
         line = proc.stdout.readline()
-        assert line == "READY\n", f"script failed to start: {line!r}\n{proc.stderr.read() if proc.poll() is not None else ''}"
+        assert line == "READY\n", (
+            f"script failed to start: {line!r}\n{proc.stderr.read() if proc.poll() is not None else ''}"
+        )
         group = group_of(proc.pid)
         assert len(group) >= 4, f"main, resource tracker and 2 workers expected in the group: {group}"
         kill_group(proc)
         assert poll_until(lambda: all(gone(pid) for pid in group), QUICK), "the group outlived SIGKILL"
         left = shm_of(proc.pid)
         kinds = sorted({name.split("_")[2] for name in left})
-        assert kinds == ["arena", "sem"], f"a killed tracker cannot unlink: arena and semaphores should stay, got {left}"
+        assert kinds == ["arena", "sem"], (
+            f"a killed tracker cannot unlink: arena and semaphores should stay, got {left}"
+        )
 
         with caplog.at_level(logging.INFO, logger="shmvec"):
             closing(ShmPoolVecEnv([lambda: gym.make("CartPole-v1")] * 2, n_workers=1, start_method=start_method))
@@ -210,7 +213,10 @@ def test_a_reused_pid_does_not_keep_a_leftover(tmp_path, sleeper):
     """The pid is alive, but the process that has it started at another time than the maker."""
     me = own_maker()
     live_start = start_time(sleeper.pid)
-    earlier = {make_entry(tmp_path, Maker(sleeper.pid, live_start - 1, me.pidns)), make_entry(tmp_path, Maker(me.pid, me.start - 1, me.pidns))}
+    earlier = {
+        make_entry(tmp_path, Maker(sleeper.pid, live_start - 1, me.pidns)),
+        make_entry(tmp_path, Maker(me.pid, me.start - 1, me.pidns)),
+    }
     kept = make_entry(tmp_path, Maker(sleeper.pid, live_start, me.pidns))
     assert set(reclaim(str(tmp_path))) == earlier
     assert os.listdir(tmp_path) == [kept]

@@ -21,12 +21,19 @@ def test_tuner_smoke_json(capsys):
     assert "shmvec n_workers=0, main_shard=True" in names and "shmvec n_workers=1" in names
     assert all(row["steps_per_s"] and row["error"] is None for row in found["rows"]), found["rows"]
     rec = found["recommended"]
-    plan = autoconfig.choose(2, found["cores"], found["t_env_us"] * 1e-6, scale=found["machine_scale"])  # n_workers=None's choice
+    plan = autoconfig.choose(
+        2, found["cores"], found["t_env_us"] * 1e-6, scale=found["machine_scale"]
+    )  # n_workers=None's choice
     assert (rec["n_workers"], rec["main_shard"]) == (plan.n_workers, plan.main_shard)
 
 
 def test_tuner_table_and_module_callable(capsys):
-    assert tune.main(["gymnasium.envs.classic_control:CartPoleEnv", "--num-envs", "1", "--seconds", "0.01", "--repeats", "1"]) == 0
+    assert (
+        tune.main(
+            ["gymnasium.envs.classic_control:CartPoleEnv", "--num-envs", "1", "--seconds", "0.01", "--repeats", "1"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "recommended: ShmPoolVecEnv(env_fns)" in out and "DummyVecEnv" in out
 
