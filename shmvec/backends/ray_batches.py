@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -17,18 +17,14 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
 
-from shmvec.backends.ray_cluster import Lost, Node, answer_of
+from shmvec.backends.ray_cluster import Driver, Lost, Node, answer_of
 from shmvec.engine.env_states import HELD, IN_FLIGHT, EnvStates, check_available
 from shmvec.ipc.protocol import ErrorReport, StepInfo
-
-if TYPE_CHECKING:
-    from shmvec.backends.ray import RayPool
-
 
 class RayBatches(EnvStates):
     """Async batches over nodes: a node's envs come back when its actor answers (see the module docstring)."""
 
-    def __init__(self, pool: RayPool):
+    def __init__(self, pool: Driver):
         super().__init__(pool.num_envs)
         self.pool = weakref.proxy(pool)
         self.calls: dict[Any, tuple[Node, list[int]]] = {}  # in flight: ref -> (node, env ids)

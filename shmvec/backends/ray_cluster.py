@@ -1,5 +1,6 @@
 """The Ray backend's node bookkeeping, driver side: each node's actor and envs, the resources a
-pool holds on the cluster, how a node actor's answer is read, and finding the cluster and its nodes.
+pool holds on the cluster, how a node actor's answer is read, finding the cluster and its nodes, and
+what the driver's rare calls and async batches need of their pool (:class:`Driver`).
 
 :class:`Node` is one node as the driver sees it; :class:`NodeResources` holds the actors
 and the placement group (released by ``close`` or a finalizer). Every answer of a node
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn, Protocol
+
+import numpy as np
 
 try:
     import ray
@@ -20,7 +23,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
 
-from shmvec.backends.ray_node import NodeInfo, Reborn, unlink_leftovers
+from shmvec.backends.ray_node import NodeInfo, Reborn, Rows, unlink_leftovers
+from shmvec.ipc.action_rows import ActionRows
+from shmvec.ipc.protocol import ErrorReport, StepInfo
 
 CLOSE_TIMEOUT = 10.0  # seconds close() gives the node actors to close their pools before killing them
 SWEEP_TIMEOUT = 10.0  # seconds for the clean-up task after a node actor died
@@ -41,6 +46,31 @@ class Node:
         if self.info is None:
             return f"node {self.index} (envs {self.start}..{self.stop - 1})"
         return f"node {self.index} ({self.info.ip}, node id {self.info.node_id[:8]}, envs {self.start}..{self.stop - 1})"
+
+
+class Driver(Protocol):
+    """What the driver's rare calls and async batches need of their pool (a :class:`~shmvec.backends.ray.RayPool`)."""
+
+    num_envs: int
+    nodes: list[Node]
+    pending: str | None
+    actions: ActionRows
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    _final_flag: np.ndarray | None
+
+    def check_usable(self) -> None: ...
+    def ensure_can_step(self, beside_sends: bool = False) -> None: ...
+    def ensure_can_send(self, resetting: bool = False) -> None: ...
+    def take_pending(self, kind: str) -> None: ...
+    def node_of(self, i: int) -> Node: ...
+    def limit(self, timeout: float | None) -> float | None: ...
+    def time_out(self, silent: list[int], limit: float | None) -> NoReturn: ...
+    def write_rows(self, node: Node, rows: Rows) -> list[StepInfo]: ...
+    def restart_node(self, node: Node, death: BaseException) -> Rows: ...
+    def _collect(self, refs: dict[int, Any], timeout: float | None, restart: bool = False) -> dict[int, Any]: ...
+    def _raise(self, report: ErrorReport) -> NoReturn: ...
 
 
 class NodeResources:

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from shmvec.backends.ray_cluster import Driver
 from shmvec.ipc.protocol import Reset, RunOps
-
-if TYPE_CHECKING:
-    from shmvec.backends.ray import RayPool
-
 
 class RayRequests:
     """The one rare call a Ray pool may have pending (``send``/``wait``, as :class:`~shmvec.engine.rare_calls.Requests`)."""
 
-    def __init__(self, pool: RayPool):
+    def __init__(self, pool: Driver):
         self.pool = weakref.proxy(pool)
         self._refs: dict[int, Any] = {}
 
