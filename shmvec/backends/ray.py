@@ -3,7 +3,9 @@
 The envs are split into contiguous shards, one per node. On each node one Ray actor
 (:class:`~shmvec.backends.ray_node.NodeShard`) runs a local :class:`~shmvec.engine.pool.ShmPool` over its
 shard, so shared memory and semaphores stay on that node. This module is the driver's
-side; the node's (the actor, and the messages it sends back) is :mod:`shmvec.backends.ray_node`.
+side (its node bookkeeping: :mod:`shmvec.backends.ray_cluster`; its rare calls and async batches:
+:mod:`shmvec.backends.ray_requests`, :mod:`shmvec.backends.ray_batches`); the node's (the actor,
+and the messages it sends back) is :mod:`shmvec.backends.ray_node`.
 The driver keeps plain numpy arrays with the local pool's names and shapes
 (``obs_leaves``, ``rewards``, ...) and fills them from the nodes' answers: the adapters
 cannot tell the two engines apart. Env indices are global on the driver and in every
@@ -29,7 +31,7 @@ A node actor that dies (node lost, OOM kill, ``ray.kill``) raises
 its envs are reset and report a truncation, as in the local restart mode. Ray fails a call
 to an actor it is re-creating as *unavailable* (not dead): the driver then waits for the
 new actor, within :meth:`RayPool.restart_limit`. Every answer of a node actor passes
-through :func:`answer_of`, which turns Ray's actor errors into :class:`Lost`.
+through :func:`~shmvec.backends.ray_cluster.answer_of`, which turns Ray's actor errors into :class:`Lost`.
 """
 
 from __future__ import annotations
@@ -40,9 +42,8 @@ import operator
 import time
 import warnings
 import weakref
-from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -50,85 +51,41 @@ from gymnasium.vector import AutoresetMode
 
 try:
     import ray
-    from ray.exceptions import ActorUnavailableError, ActorUnschedulableError, GetTimeoutError, RayActorError
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+    from ray.exceptions import GetTimeoutError
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
 
+from shmvec.backends.ray_batches import RayBatches
+from shmvec.backends.ray_node import NodeInfo, NodeShard, Rows
+from shmvec.backends.ray_cluster import (
+    Lost,
+    Node,
+    NodeResources,
+    answer_of,
+    connect,
+    failed,
+    finalize_unclosed,
+    node_count,
+    sweep,
+)
+from shmvec.backends.ray_requests import RayRequests
+from shmvec.engine.failures import not_answered, rebuilt
+from shmvec.engine.interface import EngineBase
+from shmvec.engine.pool import START_TIMEOUT
+from shmvec.engine.validation import check_env_fns, check_same_spaces
+from shmvec.errors import RemoteTraceback, StepTimeoutError, WorkerDiedError
 from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import ActionRows
-from shmvec.engine.async_schedule import HELD, IN_FLIGHT, QUEUED, check_available, check_held
-from shmvec.errors import (
-    AlreadyPendingError,
-    NoPendingCallError,
-    RemoteTraceback,
-    StepStateError,
-    StepTimeoutError,
-    WorkerDiedError,
-)
-from shmvec.engine.failures import ranges
-from shmvec.engine.interface import EngineBase
-from shmvec.options import PoolOptions
 from shmvec.ipc.pickled import PickledLeaves
-from shmvec.engine.pool import START_TIMEOUT
 from shmvec.ipc.protocol import ErrorReport, Reset, RunOps, StepInfo
-from shmvec.backends.ray_node import NodeInfo, NodeShard, Reborn, Rows, unlink_leftovers
-from shmvec.engine.validation import check_env_fns, check_same_spaces
+from shmvec.options import PoolOptions
 
 # A node's own pool times out first (it gets the same timeout); the driver waits this much
 # longer for that node to say so, before blaming the node actor itself.
 NODE_GRACE = 10.0
-CLOSE_TIMEOUT = 10.0  # seconds close() gives the node actors to close their pools before killing them
-SWEEP_TIMEOUT = 10.0  # seconds for the clean-up task after a node actor died
 RESTART_POLL = 0.2  # seconds between calls to a node actor while Ray re-creates it
-
-
-@dataclasses.dataclass
-class Node:
-    """One node as the driver sees it: its actor and its envs."""
-
-    index: int
-    start: int
-    stop: int
-    actor: Any = dataclasses.field(repr=False)
-    info: NodeInfo | None = dataclasses.field(default=None, repr=False)
-
-    @property
-    def name(self) -> str:
-        if self.info is None:
-            return f"node {self.index} (envs {self.start}..{self.stop - 1})"
-        return f"node {self.index} ({self.info.ip}, node id {self.info.node_id[:8]}, envs {self.start}..{self.stop - 1})"
-
-
-class NodeResources:
-    """The actors and placement group of one pool, so that a finalizer can release them without the pool."""
-
-    def __init__(self):
-        self.nodes: list[Node] = []
-        self.group: Any = None
-        self.graceful = True  # False: the node pools terminate their workers instead of closing the envs
-        self.stuck = False  # a node actor did not answer in time: its close() call would wait behind it
-
-    def shutdown(self) -> None:
-        """Have every actor close its pool (bounded wait), then kill the actors. Idempotent."""
-        nodes, self.nodes = self.nodes, []
-        if not ray.is_initialized():
-            return  # the driver left Ray: its actors went with it
-        if nodes:
-            closing = [node.actor.close.remote(not self.graceful) for node in nodes]
-            ray.wait(closing, num_returns=len(closing), timeout=1.0 if self.stuck else CLOSE_TIMEOUT)
-        for node in nodes:
-            ray.kill(node.actor)  # its pool is closed: the process has nothing left to release
-        if self.group is not None:
-            remove_placement_group(self.group)
-            self.group = None
-
-
-def _finalize_unclosed(res: NodeResources) -> None:
-    if res.nodes:
-        warnings.warn("a shmvec vector env was not closed; call close() or use it as a context manager", ResourceWarning, stacklevel=2)
-    res.shutdown()
 
 
 class RayPool(EngineBase):
@@ -161,9 +118,9 @@ class RayPool(EngineBase):
         self.pending: str | None = None
         self._step_refs: dict[int, Any] = {}
         self.restarts = 0
-        _connect()
+        connect()
         self._res = NodeResources()
-        self._finalizer = weakref.finalize(self, _finalize_unclosed, self._res)
+        self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
         atexit.register(self._finalizer)  # runs before Ray's own atexit shutdown (registered earlier)
         engine_kwargs = {"autoreset_mode": self.autoreset_mode, "env_wrapper": env_wrapper, "obs_space_match": obs_space_match}
         try:
@@ -179,7 +136,7 @@ class RayPool(EngineBase):
     def _start(self, env_fns: list, engine_kwargs: dict, obs_space_match: Callable) -> None:
         opts = self.options
         cpus = opts.n_workers or 1
-        n_nodes = _node_count(opts.n_nodes, cpus, self.num_envs)
+        n_nodes = node_count(opts.n_nodes, cpus, self.num_envs)
         bounds = lay.shard_bounds(self.num_envs, n_nodes)
         if opts.n_workers is not None:
             opts.workers_for(min(stop - start for start, stop in bounds))  # checked here, not on every node
@@ -242,10 +199,7 @@ class RayPool(EngineBase):
 
     def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
         """Wait for every node's step and write its rows; return the records, in env order."""
-        self.check_usable()
-        if self.pending != "step":
-            raise NoPendingCallError("step_wait() called with no pending step; call step_async() first", "step")
-        self.pending = None
+        self.take_pending("step")
         answers = self._collect(self._step_refs, timeout, restart=True)
         records: list[StepInfo] = []
         for node in self.nodes:
@@ -302,9 +256,7 @@ class RayPool(EngineBase):
             return {}
         _, late = ray.wait(pending, num_returns=len(pending), timeout=limit)
         if late:
-            silent = [i for n, ref in refs.items() if ref in late for i in range(self.nodes[n].start, self.nodes[n].stop)]
-            self._res.graceful, self._res.stuck = False, True
-            self._break(f"envs {ranges(silent)} did not answer within {limit}s (an env step hangs, or a node is stuck?)", StepTimeoutError)
+            self.time_out([i for n, ref in refs.items() if ref in late for i in range(self.nodes[n].start, self.nodes[n].stop)], limit)
         answers, error = {}, None
         for n, ref in refs.items():
             answer = answer_of(ref)
@@ -322,24 +274,25 @@ class RayPool(EngineBase):
     def _raise(self, report: ErrorReport) -> NoReturn:
         """Re-raise a node's exception here, saying where; a node pool that broke breaks this pool too."""
         node = self.nodes[report.worker]
-        exc = report.rebuild()
-        where = node.name if report.env_index is None else f"env {report.env_index} on {node.name}"
-        exc.add_note(f"shmvec: raised in {where}; the remote traceback is shown above")
-        exc.__cause__ = RemoteTraceback(report.traceback)
-        exc.env_index = report.env_index  # type: ignore[attr-defined]
+        exc = rebuilt(report, node.name if report.env_index is None else f"env {report.env_index} on {node.name}")
         exc.node = node.name  # type: ignore[attr-defined]
         if isinstance(exc, (WorkerDiedError, StepTimeoutError)):
             self._broken = f"{node.name}: {report.message}"
         raise exc
 
+    def time_out(self, silent: list[int], limit: float | None) -> NoReturn:
+        """Envs ``silent`` did not answer within ``limit``: their node actors are stuck, break the pool."""
+        self._res.graceful, self._res.stuck = False, True
+        self._break(not_answered(silent, f"{limit}s", "an env step hangs, or a node is stuck?"), StepTimeoutError)
+
     # -- failures --------------------------------------------------------------------------
 
     def _node_died(self, node: Node, death: BaseException, why: str = "") -> NoReturn:
-        _sweep(node)
+        sweep(node)
         text = str(death).strip()
         cause = text.splitlines()[0] if text else type(death).__name__
         try:
-            self._break(f"the Ray actor of {node.name} {_failed(death)} ({cause}){why}")
+            self._break(f"the Ray actor of {node.name} {failed(death)} ({cause}){why}")
         except WorkerDiedError as exc:
             if "\n" in text:  # Ray's account (e.g. why the actor could not be created): shown above ours
                 exc.__cause__ = RemoteTraceback(text)
@@ -359,13 +312,13 @@ class RayPool(EngineBase):
             self._node_died(node, death, f"; no restart left (max_restarts={limit} used up)" if limit else "")
         self.restarts += 1
         warnings.warn(
-            f"shmvec: the Ray actor of {node.name} {_failed(death)}; Ray restarts it (restart {self.restarts} of max_restarts={limit})",
+            f"shmvec: the Ray actor of {node.name} {failed(death)}; Ray restarts it (restart {self.restarts} of max_restarts={limit})",
             RuntimeWarning,
             stacklevel=4,
         )
         info, rows = self._reborn(node)
         if info.pid != node.info.pid:  # an actor that was only unavailable for a moment keeps its pool
-            _sweep(node)
+            sweep(node)
         node.info = info  # a new process, maybe on another node
         ids = np.arange(node.start, node.stop)
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
@@ -423,227 +376,3 @@ class RayPool(EngineBase):
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
-
-
-class RayRequests:
-    """The one rare call a Ray pool may have pending (``send``/``wait``, as :class:`~shmvec.engine.rare_calls.Requests`)."""
-
-    def __init__(self, pool: RayPool):
-        self.pool = weakref.proxy(pool)
-        self._refs: dict[int, Any] = {}
-
-    def send(self, request: Reset | RunOps, beside_sends: bool = False) -> None:
-        pool = self.pool
-        pool.ensure_can_step(beside_sends)
-        by_env = request.kwargs if isinstance(request, Reset) else request.ops
-        parts: dict[int, dict[int, Any]] = {}
-        for i, value in by_env.items():
-            node = pool.node_of(i)
-            parts.setdefault(node.index, {})[i - node.start] = value
-        self._refs = {n: pool.nodes[n].actor.request.remote(type(request)(part)) for n, part in parts.items()}
-        pool.pending = "request"
-
-    def wait(self, timeout: float | None = None) -> dict[int, Any]:
-        pool = self.pool
-        pool.check_usable()
-        if pool.pending != "request":
-            raise NoPendingCallError("wait() called with no pending request; send() one first", "request")
-        pool.pending = None
-        merged: dict[int, Any] = {}
-        for n, rows in pool._collect(self._refs, timeout).items():
-            pool.write_rows(pool.nodes[n], rows)
-            merged.update(rows.replies)
-        return merged
-
-
-class RayBatches:
-    """Async batches over nodes: a node's envs come back when its actor answers (see the module docstring)."""
-
-    def __init__(self, pool: RayPool):
-        self.pool = weakref.proxy(pool)
-        self.state = np.full(pool.num_envs, HELD, dtype=np.int8)
-        self.fifo: deque[int] = deque()
-        self.records: dict[int, StepInfo] = {}
-        self.calls: dict[Any, tuple[Node, list[int]]] = {}  # in flight: ref -> (node, env ids)
-        self.restarted: set[int] = set()  # held envs whose node was restarted: their next send reports it
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.fifo) or bool(self.calls)
-
-    def check_can_send(self, env_ids: np.ndarray) -> None:
-        check_held(self.state, env_ids)
-
-    def reset(self, kwargs: dict[int, dict[str, Any]]) -> None:
-        """Start ``env_i.reset(**kwargs[i])``; the envs come back through :meth:`recv`."""
-        self.pool.ensure_can_step(beside_sends=True)
-        self.check_can_send(np.array(sorted(kwargs), dtype=np.int64))
-        for node, ids in self._by_node(sorted(kwargs)):
-            ref = node.actor.reset_some.remote({i - node.start: kwargs[i] for i in ids})
-            self._launch(ref, node, ids)
-
-    def send(self, env_ids: np.ndarray) -> None:
-        """Step ``env_ids`` (their actions are in the action rows): one call per node."""
-        pool = self.pool
-        pool.check_usable()
-        if pool.pending is not None:
-            raise AlreadyPendingError(f"a {pool.pending} is pending; wait for it before send()", pool.pending)
-        if pool.pickled.action_paths:
-            raise StepStateError("send()/recv() need fixed-size action spaces; use step() for this action space")
-        self.check_can_send(env_ids)
-        ids = [i for i in env_ids.tolist() if i not in self.restarted]
-        self._queue_restarted([i for i in env_ids.tolist() if i in self.restarted], {})
-        for node, part in self._by_node(ids):
-            rows = np.array(part, dtype=np.int64)
-            actions = pool.actions.take(rows)
-            self._launch(node.actor.send.remote(rows - node.start, actions), node, part)
-
-    def recv(self, batch_size: int, timeout: float | None = None) -> tuple[np.ndarray, dict[int, StepInfo]]:
-        """The first ``batch_size`` envs to come back (a node's envs come together), and their records."""
-        pool = self.pool
-        pool.check_usable()
-        check_available(self.state, batch_size)
-        if self.calls:  # take every answer there is, failed calls too: a dead node must not go unnoticed
-            done, _ = ray.wait(list(self.calls), num_returns=len(self.calls), timeout=0, fetch_local=False)
-            for ref in done:
-                self._take(ref)
-        limit = pool.limit(timeout)
-        deadline = None if limit is None else time.monotonic() + limit
-        while len(self.fifo) < batch_size:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _ = ray.wait(list(self.calls), num_returns=1, timeout=left, fetch_local=False)
-            if not ready:
-                silent = sorted(i for _, ids in self.calls.values() for i in ids)
-                pool._res.graceful, pool._res.stuck = False, True
-                pool._break(f"envs {ranges(silent)} did not answer within {limit}s (an env step hangs, or a node is stuck?)", StepTimeoutError)
-            self._take(ready[0])
-        ids = [self.fifo.popleft() for _ in range(batch_size)]
-        if batch_size == pool.num_envs:
-            ids.sort()  # the synchronous step's order
-        self.state[ids] = HELD
-        return np.array(ids, dtype=np.int64), {i: self.records.pop(i) for i in ids if i in self.records}
-
-    def _by_node(self, ids: list[int]) -> list[tuple[Node, list[int]]]:
-        parts: dict[int, list[int]] = {}
-        for i in ids:
-            parts.setdefault(self.pool.node_of(i).index, []).append(i)
-        return [(self.pool.nodes[n], part) for n, part in parts.items()]
-
-    def _launch(self, ref: Any, node: Node, ids: list[int]) -> None:
-        self.calls[ref] = (node, ids)
-        self.state[ids] = IN_FLIGHT
-
-    def _take(self, ref: Any) -> None:
-        """One node's answer: queue its envs, or raise its error, or restart it."""
-        node, ids = self.calls.pop(ref)
-        rows = answer_of(ref)
-        if isinstance(rows, Lost):
-            self._restart(node, rows.error)
-            return
-        if isinstance(rows, ErrorReport):
-            self.state[ids] = HELD  # no result: the caller may send to them again
-            self.pool._raise(rows)
-        for record in self.pool.write_rows(node, rows):
-            self.records[record.env_index] = record
-        self._queue(rows.ids.tolist())
-
-    def _restart(self, node: Node, death: BaseException) -> None:
-        """Ray re-created ``node``'s actor: in-flight and queued envs report a truncation now, held ones at their next send."""
-        pool = self.pool
-        rows = pool.restart_node(node, death)
-        for ref in [ref for ref, (other, _) in self.calls.items() if other is node]:
-            del self.calls[ref]  # sent to the dead actor: they fail, and their envs are reported below
-        pool.write_rows(node, rows._replace(rewards=None, records=[]))
-        envs = range(node.start, node.stop)
-        lost = [i for i in envs if self.state[i] != HELD]
-        for i in lost:
-            if self.state[i] == QUEUED:
-                self.fifo.remove(i)
-        self.restarted.update(i for i in envs if self.state[i] == HELD)
-        self._queue_restarted(lost, {record.env_index: record.info for record in rows.records})
-
-    def _queue_restarted(self, ids: list[int], infos: dict[int, Any]) -> None:
-        pool = self.pool
-        for i in ids:
-            self.restarted.discard(i)
-            pool.rewards[i], pool.terminated[i], pool.truncated[i] = 0.0, False, True
-            self.records[i] = StepInfo(i, infos.get(i, {}), restarted=True)
-        self._queue(ids)
-
-    def _queue(self, ids: list[int]) -> None:
-        self.state[ids] = QUEUED
-        self.fifo.extend(ids)
-
-
-class Lost(NamedTuple):
-    """No answer to a call: its node actor failed; ``error`` is Ray's account of how."""
-
-    error: BaseException
-
-    @property
-    def restarting(self) -> bool:
-        """Ray is re-creating the actor (it failed the call as unavailable): it will answer again."""
-        return isinstance(self.error, ActorUnavailableError)
-
-
-def answer_of(ref: Any, timeout: float | None = None) -> Any:
-    """A node actor's answer to the call ``ref``, or :class:`Lost` if the actor failed or was re-created.
-
-    Raises:
-        GetTimeoutError: no answer within ``timeout`` seconds.
-    """
-    try:
-        answer = ray.get(ref, timeout=timeout)
-    except (RayActorError, ActorUnschedulableError) as failure:  # dead, unavailable, or its node gone
-        return Lost(failure)
-    if isinstance(answer, Reborn):
-        return Lost(RayActorError(error_msg="Ray re-created the actor; the call did not run"))
-    return answer
-
-
-def _failed(error: BaseException) -> str:
-    """How a node actor failed, for messages: Ray tells a dead actor from one it is re-creating."""
-    if isinstance(error, ActorUnavailableError):
-        return "is unavailable"
-    return "did not answer" if isinstance(error, GetTimeoutError) else "died"
-
-
-def _sweep(node: Node) -> None:
-    """A node actor was killed (OOM, ray.kill): Ray kills its children too, resource tracker included,
-    so its shared memory stays. Remove it with a small task on that node; best effort (the node may be gone)."""
-    if node.info is None:
-        return
-    task = ray.remote(num_cpus=0, max_retries=0)(unlink_leftovers).options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node.info.node_id, soft=False)
-    )
-    try:
-        ray.get(task.remote(node.info.pid), timeout=SWEEP_TIMEOUT)
-    except Exception:
-        pass  # a lost node took its /dev/shm with it
-
-
-def _connect() -> None:
-    """Join the Ray cluster the user started (``ray.init``), else the one ``ray start`` runs here."""
-    if ray.is_initialized():
-        return
-    try:
-        ray.init(address="auto")
-    except ConnectionError as exc:
-        raise ConnectionError(
-            'backend="ray" found no Ray cluster: call ray.init(...) before creating the vector env, '
-            "or start one with `ray start --head` (see the README, \"More than one machine\")"
-        ) from exc
-
-
-def _node_count(n_nodes: int | None, cpus: int, num_envs: int) -> int:
-    """How many node actors: ``n_nodes`` (checked against the cluster), or every alive node with ``cpus`` CPUs."""
-    fit = [node for node in ray.nodes() if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) >= cpus]
-    found = n_nodes if n_nodes is not None else len(fit)
-    if not fit or found > len(fit):
-        raise ValueError(
-            f"n_nodes={n_nodes} needs {found or 1} alive Ray nodes with >= {cpus} CPU(s) (n_workers per node), "
-            f"but the cluster has {len(fit)}; add nodes (`ray start --address=...`) or pass a smaller n_nodes"
-        )
-    if found > num_envs:
-        raise ValueError(f"{found} nodes for {num_envs} envs: every node needs at least one env; pass n_nodes <= {num_envs}")
-    return found

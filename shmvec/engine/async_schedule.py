@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec.ipc import layout as lay
-from shmvec.errors import AlreadyPendingError, NoPendingCallError, StepStateError, StepTimeoutError
-from shmvec.engine.failures import main_shard_error, ranges, remote_error
+from shmvec.errors import StepTimeoutError
+from shmvec.engine.env_states import HELD, IN_FLIGHT, QUEUED, EnvStates, check_available, check_held
+from shmvec.engine.failures import main_shard_error, not_answered, remote_error
 from shmvec.engine.link import LIVENESS_INTERVAL, WorkerLink
 from shmvec.ipc.protocol import ErrorReport, Reset, StepInfo
 from shmvec.engine.restart import RestartNeeded
@@ -31,32 +31,19 @@ from shmvec.engine.shard import EnvFailed, with_shm_finals
 if TYPE_CHECKING:
     from shmvec.engine.pool import ShmPool
 
-HELD, IN_FLIGHT, QUEUED = 0, 1, 2
-_count_nonzero = np.count_nonzero
+__all__ = ["HELD", "IN_FLIGHT", "QUEUED", "AsyncSchedule", "check_available", "check_held"]
 
 
-class AsyncSchedule:
-    """The send/recv state of one pool."""
+class AsyncSchedule(EnvStates):
+    """The send/recv state of one pool (the envs' states: :class:`~shmvec.engine.env_states.EnvStates`)."""
 
     def __init__(self, pool: ShmPool):
+        super().__init__(pool.num_envs)
         self.pool = weakref.proxy(pool)  # no reference cycle: an unclosed pool is still collected at once
         views = pool.views
         self.inbox, self.outbox = views[lay.INBOX], views[lay.OUTBOX]
         self.ready_ns, self.env_status = views[lay.READY_NS], views[lay.ENV_STATUS]
-        self.state = np.full(pool.num_envs, HELD, dtype=np.int8)
-        self.fifo: deque[int] = deque()
-        self.records: dict[int, StepInfo] = {}  # queued envs whose step sent a record
-        self.restarted: set[int] = set()  # held envs whose worker was restarted: their next send reports it
         self._resetting: list[int] = []  # envs of an async reset not collected yet
-
-    @property
-    def busy(self) -> bool:
-        """Whether any env is in flight or queued (the synchronous calls must wait)."""
-        if self.fifo:
-            return True
-        if not _count_nonzero(self.state):  # the synchronous steps' case: every env held; ~0.2 µs, not ~2
-            return False
-        return bool((self.state == IN_FLIGHT).any())
 
     def queue_all(self, env_ids: list[int]) -> None:
         """After an async reset: these envs' results are in their rows, ready to be received.
@@ -69,9 +56,7 @@ class AsyncSchedule:
         """
         pool = self.pool
         position = {i: (i - pool.shards[pool.shard_of(i)][0], pool.shard_of(i)) for i in env_ids}
-        ordered = sorted(env_ids, key=position.__getitem__)
-        self.state[ordered] = QUEUED
-        self.fifo.extend(ordered)
+        self._queue(sorted(env_ids, key=position.__getitem__))
 
     # -- reset -----------------------------------------------------------------------
 
@@ -94,31 +79,19 @@ class AsyncSchedule:
             self.records.update((i, StepInfo(i, infos[i])) for i in ids)
             self.queue_all(ids)
 
-    def check_can_send(self, env_ids: np.ndarray) -> None:
-        """Raise unless every env of ``env_ids`` is held by the caller (before its action row is written)."""
-        check_held(self.state, env_ids)
-
     # -- send ----------------------------------------------------------------------
 
     def send(self, env_ids: np.ndarray) -> None:
         """Step ``env_ids`` (their actions are in the action rows); :meth:`recv` returns them."""
         pool = self.pool
-        pool.check_usable()
-        if pool.pending is not None and not self._resetting:
-            raise AlreadyPendingError(f"a {pool.pending} is pending; wait for it before send()", pool.pending)
-        if pool.pickled.action_paths:
-            raise StepStateError("send()/recv() need fixed-size action spaces; use step() for this action space")
+        pool.ensure_can_send(resetting=bool(self._resetting))
         self.check_can_send(env_ids)
         self._finish_reset()
         pool.settle()
         self.state[env_ids] = IN_FLIGHT
         by_worker: dict[int, list[int]] = {}
-        for i in env_ids.tolist():
-            if i in self.restarted:  # its worker was re-created since: report that, as a step would
-                self.restarted.discard(i)
-                self._queue_restarted([i], {})
-            else:
-                by_worker.setdefault(pool.shard_of(i), []).append(i)
+        for i in self._unsent_restarted(env_ids.tolist()):  # those whose worker was re-created are reported now
+            by_worker.setdefault(pool.shard_of(i), []).append(i)
         main_ids = by_worker.pop(pool.n_workers, [])
         if pool.short_spin is not None:
             pool.short_spin.step()
@@ -160,11 +133,8 @@ class AsyncSchedule:
                 break
             if not ready.wait(LIVENESS_INTERVAL):
                 self._check_alive(deadline, timeout)
-        ids = [self.fifo.popleft() for _ in range(batch_size)]
-        if batch_size == pool.num_envs:
-            ids.sort()  # the synchronous step's order
+        ids = self._dequeue(batch_size)
         env_ids = np.array(ids, dtype=np.int64)
-        self.state[env_ids] = HELD
         records = [self.records.pop(i) for i in ids if i in self.records]
         if pool._final_flag is not None:
             ended = env_ids[pool._final_flag[env_ids] & (pool.terminated[env_ids] | pool.truncated[env_ids])]
@@ -213,51 +183,13 @@ class AsyncSchedule:
             silent = np.flatnonzero(self.state == IN_FLIGHT).tolist()
             pool._res.graceful = False  # they are stuck: closing will terminate them
             limit = pool.timeout if timeout is None else timeout
-            pool._break(f"envs {ranges(silent)} did not answer within timeout={limit}s (an env step hangs?)", StepTimeoutError)
+            pool._break(not_answered(silent, f"timeout={limit}s"), StepTimeoutError)
 
     def _restart(self, link: WorkerLink) -> None:
         """Re-create ``link``'s worker: its in-flight and queued envs report a truncation now, held ones at their next send."""
         self._scan()  # what it finished before dying stands
         reset_infos = self.pool.restarter.restart(link)
-        envs = range(link.start, link.stop)
-        lost = [i for i in envs if self.state[i] != HELD]
-        for i in lost:
-            if self.state[i] == QUEUED:
-                self.fifo.remove(i)
-        self.restarted.update(i for i in envs if self.state[i] == HELD)
-        self._queue_restarted(lost, reset_infos)
+        lost = self._lose(range(link.start, link.stop))
+        # The reset info goes with the observation only when that obs starts the next episode (SAME_STEP).
+        self._queue_restarted(lost, reset_infos if self.pool.autoreset_mode == AutoresetMode.SAME_STEP else {})
 
-    def _queue_restarted(self, ids: list[int], reset_infos: dict[int, Any]) -> None:
-        pool = self.pool
-        same_step = pool.autoreset_mode == AutoresetMode.SAME_STEP
-        for i in ids:
-            pool.rewards[i], pool.terminated[i], pool.truncated[i] = 0.0, False, True
-            if pool._final_flag is not None:
-                pool._final_flag[i] = False
-            self.records[i] = StepInfo(i, reset_infos.get(i, {}) if same_step else {}, restarted=True)
-            self.state[i] = QUEUED
-            self.fifo.append(i)
-
-
-def check_held(state: np.ndarray, env_ids: np.ndarray) -> None:
-    """Raise unless every env of ``env_ids`` is held by the caller (no send pending) and none repeats."""
-    pending = env_ids[state[env_ids] != HELD]
-    if len(pending):
-        raise AlreadyPendingError(
-            f"envs {ranges(sorted(set(pending.tolist())))} have a send pending: recv() their results before "
-            "sending them actions again",
-            "send",
-        )
-    if len(np.unique(env_ids)) != len(env_ids):
-        raise ValueError(f"env_ids must not repeat an env, got {env_ids.tolist()}")
-
-
-def check_available(state: np.ndarray, batch_size: int) -> None:
-    """Raise unless ``batch_size`` envs are in flight or queued, so that a recv can return."""
-    available = int(np.count_nonzero(state))  # in flight or queued: not held
-    if available < batch_size:
-        raise NoPendingCallError(
-            f"recv() returns batch_size={batch_size} envs, but only {available} are in flight or ready; "
-            "send() actions to the envs of the last recv() first (or call async_reset())",
-            "send",
-        )

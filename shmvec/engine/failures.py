@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import signal
 
-from typing import Any, NoReturn
-
-from shmvec.errors import AlreadyPendingError, ClosedEnvError, MainModuleError, RemoteTraceback, WorkerDiedError
+from shmvec.errors import MainModuleError, RemoteTraceback
 from shmvec.ipc.protocol import ErrorReport
 from shmvec.engine.shard import EnvFailed
-
-CLOSE_HINT = "; close() the env and create a new one"
 
 
 def remote_error(report: ErrorReport) -> BaseException:
@@ -18,11 +14,17 @@ def remote_error(report: ErrorReport) -> BaseException:
     where = f"worker {report.worker}"
     if report.env_index is not None:
         where = f"env {report.env_index} ({where})"
+    exc = rebuilt(report, where)
+    exc.worker_index = report.worker  # type: ignore[attr-defined]
+    return exc
+
+
+def rebuilt(report: ErrorReport, where: str) -> BaseException:
+    """The exception of ``report`` (a worker's or a node's), noting ``where`` it was raised, its traceback as cause."""
     exc = report.rebuild()
     exc.add_note(f"shmvec: raised in {where}; the remote traceback is shown above")
     exc.__cause__ = RemoteTraceback(report.traceback)
     exc.env_index = report.env_index  # type: ignore[attr-defined]
-    exc.worker_index = report.worker  # type: ignore[attr-defined]
     return exc
 
 
@@ -65,6 +67,11 @@ def ranges(indices: list[int]) -> str:
     return ", ".join(parts)
 
 
+def not_answered(envs: list[int], within: str, why: str = "an env step hangs?") -> str:
+    """The message of a timeout: which ``envs`` did not answer ``within`` (e.g. 'timeout=5s'), and the likely cause."""
+    return f"envs {ranges(envs)} did not answer within {within} ({why})"
+
+
 # Exit code of a worker that found itself re-importing the user's main script and creating
 # a pool there (validation.check_not_bootstrapping): the script lacks a __main__ guard.
 UNGUARDED_MAIN_EXIT = 86
@@ -80,37 +87,3 @@ def unguarded_main_error(exitcode: int | None, start_method: str) -> MainModuleE
         'creates and uses it under `if __name__ == "__main__":` (see the README quickstart), or pass '
         'start_method="fork".'
     )
-
-
-class Breakable:
-    """The closed/broken/pending state every pool (local, Ray) shares: "broken" is one transition."""
-
-    closed = False
-    _broken: str | None = None  # why the pool is unusable
-    pending: str | None = None  # "step" or "request": what the next wait collects
-    batches: Any  # the pool's async schedule (``busy``: sends in flight or results not received)
-
-    def _break(self, reason: str, error: BaseException | type[BaseException] = WorkerDiedError) -> NoReturn:
-        """Remember why the pool is unusable, and raise ``error`` (a class gets the reason and the hint to close)."""
-        self._broken = reason
-        if isinstance(error, type):
-            error = error(reason + CLOSE_HINT)
-        error.__suppress_context__ = True  # e.g. the broken pipe that revealed the death says nothing more
-        raise error
-
-    def ensure_can_step(self, beside_sends: bool = False) -> None:
-        """Raise at once if a step cannot start now (closed, broken, or a call pending).
-        ``beside_sends``: async sends in flight do not stop it (an async reset of other envs)."""
-        self.check_usable()
-        if self.pending == "step":
-            raise AlreadyPendingError("step_async() called while a step is already pending; call step_wait() first", "step")
-        if self.pending == "request":
-            raise AlreadyPendingError("a call is pending; wait for it before stepping", "request")
-        if self.batches.busy and not beside_sends:
-            raise AlreadyPendingError("envs have sends in flight or results not received: recv() them first", "send")
-
-    def check_usable(self) -> None:
-        if self.closed:
-            raise ClosedEnvError("this vector env is closed; create a new one")
-        if self._broken is not None:
-            raise WorkerDiedError(f"the pool is unusable: {self._broken}{CLOSE_HINT}")

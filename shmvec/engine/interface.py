@@ -2,7 +2,7 @@
 
 :class:`Engine` is the contract; :class:`EngineBase` is what both backends
 (:class:`~shmvec.engine.pool.ShmPool`, :class:`~shmvec.backends.ray.RayPool`) share to
-meet it: the closed/broken/pending state (:class:`~shmvec.engine.failures.Breakable`),
+meet it: the closed/broken/pending state (:class:`~shmvec.engine.breakable.Breakable`),
 the observation buffers (:class:`~shmvec.ipc.obs_buffers.ObsBuffers`), and the calls that
 go to a backend's own collaborators: its rare calls (``requests``: a reset or operations
 on envs), its async schedule (``batches``: send/recv) and its pickled leaves (``pickled``:
@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from shmvec.engine.failures import Breakable
+from shmvec.engine.breakable import Breakable
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.obs_buffers import ObsBuffers
 from shmvec.ipc.protocol import Reset, RunOps, StepInfo
@@ -101,6 +101,7 @@ class EngineBase(ObsBuffers, Breakable):
 
     requests: Any  # start/collect one rare call: send(request, beside_sends), wait(timeout)
     pickled: Any  # PickledLeaves: obs, action_paths
+    _final_flag: np.ndarray | None = None  # per env, whether its final observation is in the rows (local, SAME_STEP)
 
     @property
     def pickled_obs(self) -> dict[Path, list[Any]]:

@@ -57,7 +57,7 @@ import pickle
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -68,20 +68,20 @@ from shmvec.ipc import pickled
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.engine.plan import describe_plan, plan_pool
 from shmvec.engine.async_schedule import AsyncSchedule
-from shmvec.errors import NoPendingCallError, ShmVecError, StepTimeoutError
-from shmvec.engine.failures import main_shard_error, ranges, remote_error, unguarded_main_error
-from shmvec.engine.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink, mp_context
+from shmvec.engine.failures import main_shard_error
+from shmvec.engine.link import WorkerLink, mp_context
 from shmvec.options import PoolOptions
-from shmvec.ipc.protocol import Attach, Command, ErrorReport, Hello, NextWait, Reset, RunOps, StepInfo
+from shmvec.ipc.protocol import Attach, Command, Hello, NextWait, Reset, RunOps, StepInfo
 from shmvec.engine.rare_calls import Requests
 from shmvec.engine.resources import PoolResources, finalize_unclosed
 from shmvec.engine.interface import EngineBase
 from shmvec.engine.omp_spin import ShortSpin, short_spin_for_pool
-from shmvec.engine.restart import Restarter, RestartNeeded
+from shmvec.engine.restart import Restarter
 from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
 from shmvec.ipc.arena import OwnedArena
 from shmvec.ipc.signals import Signal
 from shmvec.engine.validation import check_env_fns, check_not_bootstrapping, check_same_spaces
+from shmvec.engine.worker_waits import WorkerWaits
 
 # With a timeout set, start-up gets at least this long: spawned workers import modules first.
 START_TIMEOUT = 30.0
@@ -93,7 +93,7 @@ _WAIT_OWN, _WAIT_BLOCK, _WAIT_SPIN = int(NextWait.OWN), int(NextWait.BLOCK), int
 _count_nonzero = np.count_nonzero
 
 
-class ShmPool(EngineBase):
+class ShmPool(WorkerWaits, EngineBase):
     """Runs ``len(env_fns)`` envs in worker processes, stepping them through shared memory.
 
     This is the engine behind :class:`~shmvec.ShmPoolVecEnv` and
@@ -236,10 +236,7 @@ class ShmPool(EngineBase):
     def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
         """Wait for the pending step (``timeout`` overrides the pool's); results are in the arena views.
         Returns the records the workers sent (infos, episode ends)."""
-        self.check_usable()
-        if self.pending != "step":
-            raise NoPendingCallError("step_wait() called with no pending step; call step_async() first", "step")
-        self.pending = None
+        self.take_pending("step")
         main_infos, main_failure = [], None
         if self.main is not None:  # step ours while the workers step theirs
             try:
@@ -283,110 +280,11 @@ class ShmPool(EngineBase):
         self.requests.send(RunOps(ops))
         return self.requests.wait()
 
-    # -- waiting -------------------------------------------------------------------
+    # -- placement -----------------------------------------------------------------
 
     def shard_of(self, i: int) -> int:
         """The shard (worker index; ``n_workers`` for the main shard) that runs env ``i``."""
         return bisect.bisect_right(self._shard_starts, i) - 1
-
-    def collect(self, links: Sequence[WorkerLink], timeout: float | None = None, dead: list | None = None) -> list[Any]:
-        """Wait until each link answered; return their replies (by position), raising the first error.
-
-        With a ``dead`` list (restart mode, steps), a worker that died is appended to it,
-        while the restart budget lasts, with an empty reply in its place, instead of raising.
-        """
-        if not links:  # everything runs in the main process
-            return []
-        deadline = self.deadline(timeout)
-        replies, error = [], None
-        for link in links:
-            try:
-                if link.owes == AWAIT_DONE:
-                    while not link.wait(LIVENESS_INTERVAL):
-                        self.check_alive(link, deadline, timeout)
-                message = [] if link.owes == IDLE else self.message_from(link, timeout)
-            except RestartNeeded as need:
-                if dead is None:  # restarts happen in steps only
-                    self.break_for(need.death)
-                dead.append(link)
-                message = []
-            if isinstance(message, ErrorReport):
-                error = error or message
-                message = []
-            replies.append(message)
-        if error is not None:
-            raise remote_error(error)
-        return replies
-
-    def deadline(self, timeout: float | None) -> float | None:
-        timeout = self.timeout if timeout is None else timeout
-        return None if timeout is None else time.monotonic() + timeout
-
-    def message_from(self, link: WorkerLink, timeout: float | None = None, send_reply: bool = False) -> Any:
-        """One message from ``link`` (``send_reply``: an async send's), watching every worker's liveness."""
-        timeout = self.timeout if timeout is None else timeout
-        deadline = self.deadline(timeout)
-        while True:
-            try:
-                message = link.recv(LIVENESS_INTERVAL, send_reply)
-            except (EOFError, OSError) as exc:
-                self.blame_dead(link)
-                raise exc
-            if message is not NOTHING:
-                break
-            self.check_alive(link, deadline, timeout)
-        if isinstance(message, ErrorReport) and not self._res.arena:
-            raise remote_error(message)  # start-up failure
-        return message
-
-    def check_alive(self, link: WorkerLink, deadline: float | None = None, timeout: float | None = None) -> None:
-        """Raise if a worker died (any, or only ``link`` in restart mode) or the deadline passed."""
-        for other in (link,) if self.restarter else self.links:
-            if other.death() is not None:
-                self._on_death(other)
-        if deadline is not None and time.monotonic() > deadline:
-            self._time_out(link, self.timeout if timeout is None else timeout)
-
-    def _on_death(self, link: WorkerLink) -> NoReturn:
-        """Raise what ``link``'s death means: its last error, the unguarded main script,
-        :class:`~shmvec.engine.restart.RestartNeeded` (restart mode), or WorkerDiedError."""
-        report = link.last_words()
-        if report is not None:
-            raise remote_error(report)
-        unguarded = unguarded_main_error(link.process.exitcode, self.options.start_method)
-        if unguarded is not None:
-            self._break(str(unguarded), unguarded)
-        no_restart = self.restarter.claim(link) if self.restarter else ""
-        self._break(link.death() + no_restart)
-
-    def break_for(self, death: str) -> NoReturn:
-        """A worker died where it cannot be restarted (a rare call): raise WorkerDiedError."""
-        self._break(death)
-
-    def blame_dead(self, link: WorkerLink) -> None:
-        """The link's pipe broke: it is exiting. Raise what killed it once the exit is visible."""
-        link.process.join(3.0)
-        self.check_alive(link)
-
-    def settle(self) -> None:
-        """Absorb answers to commands whose wait was interrupted (e.g. by KeyboardInterrupt)."""
-        if self.pending is not None:
-            return  # the next wait collects them
-        behind = [link for link in self.links if link.owes != IDLE]
-        if behind:
-            try:
-                self.collect(behind)
-            except ShmVecError:
-                raise
-            except Exception:
-                pass  # an env error of a step nobody waited for
-
-    def _time_out(self, link: WorkerLink, limit: float | None) -> NoReturn:
-        silent = [i for other in self.links if other is link or not other.answered() for i in range(other.start, other.stop)]
-        self._res.graceful = False  # they are stuck: closing will terminate them
-        if self._res.arena is None:  # still starting
-            self._break(f"envs {ranges(silent)} were not built within {limit}s (an env_fn hangs?)", StepTimeoutError)
-        self._break(f"envs {ranges(silent)} did not answer within timeout={limit}s (an env step hangs?)", StepTimeoutError)
 
     # -- the end -------------------------------------------------------------------
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from shmvec.errors import NoPendingCallError
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.link import WorkerLink
 from shmvec.ipc.protocol import Reset, RunOps
@@ -67,10 +66,7 @@ class Requests:
             NoPendingCallError: no request is pending.
         """
         pool = self.pool
-        pool.check_usable()
-        if pool.pending != "request":
-            raise NoPendingCallError("wait() called with no pending request; send() one first", "request")
-        pool.pending = None
+        pool.take_pending("request")
         merged: dict[int, Any] = {}
         main_failure = None
         if self._main_part is not None:

@@ -1,0 +1,124 @@
+"""Waiting on a local pool's workers: their replies, their liveness, the deadline, and what a death
+or a silence raises (:class:`WorkerWaits`, a part of :class:`~shmvec.engine.pool.ShmPool`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from shmvec.engine.breakable import Breakable
+from shmvec.engine.failures import not_answered, ranges, remote_error, unguarded_main_error
+from shmvec.engine.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink
+from shmvec.engine.restart import RestartNeeded
+from shmvec.errors import ShmVecError, StepTimeoutError
+from shmvec.ipc.protocol import ErrorReport
+
+
+class WorkerWaits(Breakable):
+    """The waits of :class:`~shmvec.engine.pool.ShmPool` on its workers (its ``links``), watching every one's liveness."""
+
+    links: list[WorkerLink]
+    timeout: float | None  # the default limit of a wait, in seconds
+    restarter: Any  # a Restarter in restart mode, else None
+    options: Any  # PoolOptions
+    _res: Any  # PoolResources: ``arena`` (None while starting), ``graceful``
+
+    def collect(self, links: Sequence[WorkerLink], timeout: float | None = None, dead: list | None = None) -> list[Any]:
+        """Wait until each link answered; return their replies (by position), raising the first error.
+
+        With a ``dead`` list (restart mode, steps), a worker that died is appended to it,
+        while the restart budget lasts, with an empty reply in its place, instead of raising.
+        """
+        if not links:  # everything runs in the main process
+            return []
+        deadline = self.deadline(timeout)
+        replies, error = [], None
+        for link in links:
+            try:
+                if link.owes == AWAIT_DONE:
+                    while not link.wait(LIVENESS_INTERVAL):
+                        self.check_alive(link, deadline, timeout)
+                message = [] if link.owes == IDLE else self.message_from(link, timeout)
+            except RestartNeeded as need:
+                if dead is None:  # restarts happen in steps only
+                    self.break_for(need.death)
+                dead.append(link)
+                message = []
+            if isinstance(message, ErrorReport):
+                error = error or message
+                message = []
+            replies.append(message)
+        if error is not None:
+            raise remote_error(error)
+        return replies
+
+    def deadline(self, timeout: float | None) -> float | None:
+        timeout = self.timeout if timeout is None else timeout
+        return None if timeout is None else time.monotonic() + timeout
+
+    def message_from(self, link: WorkerLink, timeout: float | None = None, send_reply: bool = False) -> Any:
+        """One message from ``link`` (``send_reply``: an async send's), watching every worker's liveness."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = self.deadline(timeout)
+        while True:
+            try:
+                message = link.recv(LIVENESS_INTERVAL, send_reply)
+            except (EOFError, OSError) as exc:
+                self.blame_dead(link)
+                raise exc
+            if message is not NOTHING:
+                break
+            self.check_alive(link, deadline, timeout)
+        if isinstance(message, ErrorReport) and not self._res.arena:
+            raise remote_error(message)  # start-up failure
+        return message
+
+    def check_alive(self, link: WorkerLink, deadline: float | None = None, timeout: float | None = None) -> None:
+        """Raise if a worker died (any, or only ``link`` in restart mode) or the deadline passed."""
+        for other in (link,) if self.restarter else self.links:
+            if other.death() is not None:
+                self._on_death(other)
+        if deadline is not None and time.monotonic() > deadline:
+            self._time_out(link, self.timeout if timeout is None else timeout)
+
+    def _on_death(self, link: WorkerLink) -> NoReturn:
+        """Raise what ``link``'s death means: its last error, the unguarded main script,
+        :class:`~shmvec.engine.restart.RestartNeeded` (restart mode), or WorkerDiedError."""
+        report = link.last_words()
+        if report is not None:
+            raise remote_error(report)
+        unguarded = unguarded_main_error(link.process.exitcode, self.options.start_method)
+        if unguarded is not None:
+            self._break(str(unguarded), unguarded)
+        no_restart = self.restarter.claim(link) if self.restarter else ""
+        self._break(link.death() + no_restart)
+
+    def break_for(self, death: str) -> NoReturn:
+        """A worker died where it cannot be restarted (a rare call): raise WorkerDiedError."""
+        self._break(death)
+
+    def blame_dead(self, link: WorkerLink) -> None:
+        """The link's pipe broke: it is exiting. Raise what killed it once the exit is visible."""
+        link.process.join(3.0)
+        self.check_alive(link)
+
+    def settle(self) -> None:
+        """Absorb answers to commands whose wait was interrupted (e.g. by KeyboardInterrupt)."""
+        if self.pending is not None:
+            return  # the next wait collects them
+        behind = [link for link in self.links if link.owes != IDLE]
+        if behind:
+            try:
+                self.collect(behind)
+            except ShmVecError:
+                raise
+            except Exception:
+                pass  # an env error of a step nobody waited for
+
+    def _time_out(self, link: WorkerLink, limit: float | None) -> NoReturn:
+        silent = [i for other in self.links if other is link or not other.answered() for i in range(other.start, other.stop)]
+        self._res.graceful = False  # they are stuck: closing will terminate them
+        if self._res.arena is None:  # still starting
+            self._break(f"envs {ranges(silent)} were not built within {limit}s (an env_fn hangs?)", StepTimeoutError)
+        self._break(not_answered(silent, f"timeout={limit}s"), StepTimeoutError)
