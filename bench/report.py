@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                 "### Overhead model",
                 "`fps_model = N / (N*t_env/P + t_overhead(N))`, i.e. "
                 "`fps / (P/t_env) = N*t_env/P / (N*t_env/P + t_overhead)` with P envs stepping at once "
-                "(1 in-process, min(K, cores) for shmvec, min(N, cores) for one process per env); with P = 1 this is `fps_parallel/fps_serial = N*t_env/(N*t_env + t_overhead)`. "
+                "(1 in-process, min(K, cores) for shmvec, min(N, cores) for one process per env); "
+                "with P = 1 this is `fps_parallel/fps_serial = N*t_env/(N*t_env + t_overhead)`. "
                 "t_env is the raw single-env step cost measured in this process:",
                 md.env_cost_table(t_env),
                 md.model_table(points),

@@ -19,6 +19,7 @@ from shmvec.engine.interface import Engine
 from shmvec.engine.validation import seconds
 from shmvec.errors import (
     AlreadyPendingError,
+    ClosedEnvError,
     NoPendingCallError,
     StepStateError,
     StepTimeoutError,
@@ -37,7 +38,7 @@ class EnvCalls:
     _state: AsyncState = AsyncState.DEFAULT
     num_envs: int
     batch_size: int | None
-    _check_open: Callable[[], None]
+    closed: bool
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``env.get_wrapper_attr(name)(*args, **kwargs)`` in every env, or return the attribute if not callable.
@@ -142,6 +143,11 @@ class EnvCalls:
         return self.get_attr("np_random")
 
     # -- the pending call ----------------------------------------------------------
+
+    def _check_open(self) -> None:
+        """Raise AsyncVectorEnv's ``ClosedEnvironmentError`` after ``close()``."""
+        if self.closed or self._pool.closed:
+            raise ClosedEnvError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
 
     def _check_idle(self, caller: str) -> None:
         """Raise AsyncVectorEnv's ``AlreadyPendingCallError`` if a call is pending."""

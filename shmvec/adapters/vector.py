@@ -34,7 +34,6 @@ from shmvec.adapters.gym_actions import GymActions
 from shmvec.backends import make_pool
 from shmvec.engine.interface import Engine
 from shmvec.errors import (
-    ClosedEnvError,
     ResetNeededError,
     SpaceMismatchError,
     StepTimeoutError,
@@ -379,14 +378,8 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
             self._state = AsyncState.DEFAULT
             pool.close(terminate=terminate)
 
-    def _check_open(self) -> None:
-        """Raise AsyncVectorEnv's ``ClosedEnvironmentError`` after ``close()``."""
-        if self.closed or self._pool.closed:
-            raise ClosedEnvError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
-
     def __repr__(self) -> str:
-        """Gymnasium's ``ShmVectorEnv(id, num_envs=N)`` plus how the envs run, e.g.
-        ``ShmVectorEnv(num_envs=4, n_workers=2, main_shard=False, why='n_workers=2 given')``."""
+        """Gymnasium's ``ShmVectorEnv(id, num_envs=N)`` plus how the envs run (``n_workers=2, ...``)."""
         head = super().__repr__()[:-1]
         return f"{head}, {self._pool.description()})"
 

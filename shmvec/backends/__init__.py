@@ -7,14 +7,17 @@ from typing import Any
 
 import gymnasium as gym
 
-from shmvec.options import PoolOptions
 from shmvec.engine.interface import Engine
 from shmvec.engine.pool import ShmPool
+from shmvec.options import PoolOptions
 
 
-def make_pool(env_fns: Sequence[Callable[[], gym.Env]], options: PoolOptions | None = None, **engine_kwargs: Any) -> Engine:
+def make_pool(
+    env_fns: Sequence[Callable[[], gym.Env]], options: PoolOptions | None = None, **engine_kwargs: Any
+) -> Engine:
     """The engine ``options.backend`` names: :class:`~shmvec.engine.pool.ShmPool` (``"local"``) or
-    :class:`~shmvec.backends.ray.RayPool` (``"ray"``, imported only then): both meet :class:`~shmvec.engine.interface.Engine`.
+    :class:`~shmvec.backends.ray.RayPool` (``"ray"``, imported only then): both meet
+    :class:`~shmvec.engine.interface.Engine`.
 
     ``engine_kwargs`` (autoreset_mode, env_wrapper, obs_space_match) go to the engine as given.
     """

@@ -58,7 +58,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
 
 from shmvec.backends.ray_batches import RayBatches
-from shmvec.backends.ray_node import NodeInfo, NodeShard, Rows
 from shmvec.backends.ray_cluster import (
     Lost,
     Node,
@@ -70,6 +69,7 @@ from shmvec.backends.ray_cluster import (
     node_count,
     sweep,
 )
+from shmvec.backends.ray_node import NodeInfo, NodeShard, Rows
 from shmvec.backends.ray_requests import RayRequests
 from shmvec.engine.failures import not_answered, rebuilt
 from shmvec.engine.interface import EngineBase
@@ -122,7 +122,11 @@ class RayPool(EngineBase):
         self._res = NodeResources()
         self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
         atexit.register(self._finalizer)  # runs before Ray's own atexit shutdown (registered earlier)
-        engine_kwargs = {"autoreset_mode": self.autoreset_mode, "env_wrapper": env_wrapper, "obs_space_match": obs_space_match}
+        engine_kwargs = {
+            "autoreset_mode": self.autoreset_mode,
+            "env_wrapper": env_wrapper,
+            "obs_space_match": obs_space_match,
+        }
         try:
             self._start(env_fns, engine_kwargs, obs_space_match)
         except BaseException:
@@ -169,7 +173,11 @@ class RayPool(EngineBase):
         self.env_metadata, self.env_render_mode, self.env_spec = info.metadata, info.render_mode, info.spec
         self.n_workers = sum(len(node.info.worker_pids) for node in self.nodes)
         layout = lay.ArenaLayout.plan(
-            self.single_observation_space, self.single_action_space, self.num_envs, len(bounds), obs_buffers=self._n_obs_buffers
+            self.single_observation_space,
+            self.single_action_space,
+            self.num_envs,
+            len(bounds),
+            obs_buffers=self._n_obs_buffers,
         )
         views = layout.views(bytearray(layout.nbytes))
         self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
@@ -193,7 +201,9 @@ class RayPool(EngineBase):
             rows = self.actions.take(slice(node.start, node.stop))
             part = None
             if pickled_actions:
-                part = {path: tuple(pickled_actions[path][node.start : node.stop]) for path in self.pickled.action_paths}
+                part = {
+                    path: tuple(pickled_actions[path][node.start : node.stop]) for path in self.pickled.action_paths
+                }
             self._step_refs[node.index] = node.actor.step.remote(rows, part)
         self.pending = "step"
 
@@ -223,7 +233,11 @@ class RayPool(EngineBase):
         for path, values in rows.obs.items():
             self.obs_leaves[path][where] = values
         if rows.rewards is not None:
-            self.rewards[where], self.terminated[where], self.truncated[where] = rows.rewards, rows.terminated, rows.truncated
+            self.rewards[where], self.terminated[where], self.truncated[where] = (
+                rows.rewards,
+                rows.terminated,
+                rows.truncated,
+            )
         ids = range(node.start, node.stop) if rows.ids is None else rows.ids.tolist()
         for path, values in (rows.pickled_obs or {}).items():
             column = self.pickled.obs[path]
@@ -256,7 +270,10 @@ class RayPool(EngineBase):
             return {}
         _, late = ray.wait(pending, num_returns=len(pending), timeout=limit)
         if late:
-            self.time_out([i for n, ref in refs.items() if ref in late for i in range(self.nodes[n].start, self.nodes[n].stop)], limit)
+            self.time_out(
+                [i for n, ref in refs.items() if ref in late for i in range(self.nodes[n].start, self.nodes[n].stop)],
+                limit,
+            )
         answers, error = {}, None
         for n, ref in refs.items():
             answer = answer_of(ref)
@@ -312,7 +329,8 @@ class RayPool(EngineBase):
             self._node_died(node, death, f"; no restart left (max_restarts={limit} used up)" if limit else "")
         self.restarts += 1
         warnings.warn(
-            f"shmvec: the Ray actor of {node.name} {failed(death)}; Ray restarts it (restart {self.restarts} of max_restarts={limit})",
+            f"shmvec: the Ray actor of {node.name} {failed(death)}; "
+            f"Ray restarts it (restart {self.restarts} of max_restarts={limit})",
             RuntimeWarning,
             stacklevel=4,
         )

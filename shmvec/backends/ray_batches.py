@@ -21,6 +21,7 @@ from shmvec.backends.ray_cluster import Driver, Lost, Node, answer_of
 from shmvec.engine.env_states import HELD, IN_FLIGHT, EnvStates, check_available
 from shmvec.ipc.protocol import ErrorReport, StepInfo
 
+
 class RayBatches(EnvStates):
     """Async batches over nodes: a node's envs come back when its actor answers (see the module docstring)."""
 
@@ -93,7 +94,8 @@ class RayBatches(EnvStates):
         self._queue(rows.ids.tolist())
 
     def _restart(self, node: Node, death: BaseException) -> None:
-        """Ray re-created ``node``'s actor: in-flight and queued envs report a truncation now, held ones at their next send."""
+        """Ray re-created ``node``'s actor: in-flight and queued envs report a truncation now,
+        held ones at their next send."""
         pool = self.pool
         rows = pool.restart_node(node, death)
         for ref in [ref for ref, (other, _) in self.calls.items() if other is node]:

@@ -45,7 +45,9 @@ class Node:
     def name(self) -> str:
         if self.info is None:
             return f"node {self.index} (envs {self.start}..{self.stop - 1})"
-        return f"node {self.index} ({self.info.ip}, node id {self.info.node_id[:8]}, envs {self.start}..{self.stop - 1})"
+        return (
+            f"node {self.index} ({self.info.ip}, node id {self.info.node_id[:8]}, envs {self.start}..{self.stop - 1})"
+        )
 
 
 class Driver(Protocol):
@@ -99,7 +101,11 @@ class NodeResources:
 
 def finalize_unclosed(res: NodeResources) -> None:
     if res.nodes:
-        warnings.warn("a shmvec vector env was not closed; call close() or use it as a context manager", ResourceWarning, stacklevel=2)
+        warnings.warn(
+            "a shmvec vector env was not closed; call close() or use it as a context manager",
+            ResourceWarning,
+            stacklevel=2,
+        )
     res.shutdown()
 
 
@@ -159,7 +165,7 @@ def connect() -> None:
     except ConnectionError as exc:
         raise ConnectionError(
             'backend="ray" found no Ray cluster: call ray.init(...) before creating the vector env, '
-            "or start one with `ray start --head` (see the README, \"More than one machine\")"
+            'or start one with `ray start --head` (see the README, "More than one machine")'
         ) from exc
 
 
@@ -173,5 +179,7 @@ def node_count(n_nodes: int | None, cpus: int, num_envs: int) -> int:
             f"but the cluster has {len(fit)}; add nodes (`ray start --address=...`) or pass a smaller n_nodes"
         )
     if found > num_envs:
-        raise ValueError(f"{found} nodes for {num_envs} envs: every node needs at least one env; pass n_nodes <= {num_envs}")
+        raise ValueError(
+            f"{found} nodes for {num_envs} envs: every node needs at least one env; pass n_nodes <= {num_envs}"
+        )
     return found

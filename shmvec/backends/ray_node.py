@@ -29,11 +29,11 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
 
-from shmvec.ipc.action_rows import TakenRows
-from shmvec.errors import ShmVecError
-from shmvec.options import PoolOptions
 from shmvec.engine.pool import ShmPool
+from shmvec.errors import ShmVecError
+from shmvec.ipc.action_rows import TakenRows
 from shmvec.ipc.protocol import ErrorReport, Reset, RunOps, StepInfo
+from shmvec.options import PoolOptions
 
 
 class Reborn(NamedTuple):

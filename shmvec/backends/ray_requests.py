@@ -8,8 +8,10 @@ from typing import Any
 from shmvec.backends.ray_cluster import Driver
 from shmvec.ipc.protocol import Reset, RunOps
 
+
 class RayRequests:
-    """The one rare call a Ray pool may have pending (``send``/``wait``, as :class:`~shmvec.engine.rare_calls.Requests`)."""
+    """The one rare call a Ray pool may have pending: ``send``/``wait``, as
+    :class:`~shmvec.engine.rare_calls.Requests`."""
 
     def __init__(self, pool: Driver):
         self.pool = weakref.proxy(pool)

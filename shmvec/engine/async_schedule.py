@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from shmvec.ipc import layout as lay
-from shmvec.errors import StepTimeoutError
 from shmvec.engine.env_states import HELD, IN_FLIGHT, QUEUED, EnvStates, check_available, check_held
 from shmvec.engine.failures import main_shard_error, not_answered, remote_error
 from shmvec.engine.link import LIVENESS_INTERVAL, WorkerLink
-from shmvec.ipc.protocol import ErrorReport, Reset, StepInfo
 from shmvec.engine.restart import RestartNeeded
 from shmvec.engine.shard import EnvFailed, with_shm_finals
+from shmvec.errors import StepTimeoutError
+from shmvec.ipc import layout as lay
+from shmvec.ipc.protocol import ErrorReport, Reset, StepInfo
 
 if TYPE_CHECKING:
     from shmvec.engine.pool import ShmPool
@@ -186,10 +186,10 @@ class AsyncSchedule(EnvStates):
             pool._break(not_answered(silent, f"timeout={limit}s"), StepTimeoutError)
 
     def _restart(self, link: WorkerLink) -> None:
-        """Re-create ``link``'s worker: its in-flight and queued envs report a truncation now, held ones at their next send."""
+        """Re-create ``link``'s worker: its in-flight and queued envs report a truncation now,
+        held ones at their next send."""
         self._scan()  # what it finished before dying stands
         reset_infos = self.pool.restarter.restart(link)
         lost = self._lose(range(link.start, link.stop))
         # The reset info goes with the observation only when that obs starts the next episode (SAME_STEP).
         self._queue_restarted(lost, reset_infos if self.pool.autoreset_mode == AutoresetMode.SAME_STEP else {})
-

@@ -36,7 +36,9 @@ class Breakable:
         ``beside_sends``: async sends in flight do not stop it (an async reset of other envs)."""
         self.check_usable()
         if self.pending == "step":
-            raise AlreadyPendingError("step_async() called while a step is already pending; call step_wait() first", "step")
+            raise AlreadyPendingError(
+                "step_async() called while a step is already pending; call step_wait() first", "step"
+            )
         if self.pending == "request":
             raise AlreadyPendingError("a call is pending; wait for it before stepping", "request")
         if self.batches.busy and not beside_sends:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import signal
 
+from shmvec.engine.shard import EnvFailed
 from shmvec.errors import MainModuleError, RemoteTraceback
 from shmvec.ipc.protocol import ErrorReport
-from shmvec.engine.shard import EnvFailed
 
 
 def remote_error(report: ErrorReport) -> BaseException:

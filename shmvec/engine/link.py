@@ -19,11 +19,11 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from shmvec.ipc import layout as lay
 from shmvec.engine.failures import describe_exit
+from shmvec.engine.worker import worker_main
+from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import Command, ErrorReport, SendReply, Status, post_word
 from shmvec.ipc.signals import Signal
-from shmvec.engine.worker import worker_main
 
 LIVENESS_INTERVAL = 0.1  # seconds between checks that every worker is still alive while waiting
 # What the main process still expects from a worker.

@@ -128,7 +128,12 @@ def shard_sizes(num_envs: int, n_workers: int, main_shard: bool) -> tuple[int, i
 
 
 def predicted_step_time(
-    num_envs: int, cores: int, t_env: float, n_workers: int, main_shard: bool, scale: float = 1.0,
+    num_envs: int,
+    cores: int,
+    t_env: float,
+    n_workers: int,
+    main_shard: bool,
+    scale: float = 1.0,
     caller_computes: bool = True,
 ) -> float:
     """Seconds per synchronous vector step of this configuration (the overhead model);
@@ -161,7 +166,12 @@ def candidates(num_envs: int, cores: int, main_shard: bool | None = None) -> lis
 
 
 def choose(
-    num_envs: int, cores: int, t_env: float, main_shard: bool | None = None, max_spin: float = 200e-6, scale: float = 1.0
+    num_envs: int,
+    cores: int,
+    t_env: float,
+    main_shard: bool | None = None,
+    max_spin: float = 200e-6,
+    scale: float = 1.0,
 ) -> Plan:
     """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
 
@@ -190,7 +200,10 @@ def choose(
     # No env in the main process if that is near the best, then the fastest, then fewest processes.
     step, k, main = min(near, key=lambda c: (c[2], c[0], c[1]))
     serial = predicted_step_time(num_envs, cores, t_env, 0, True, scale)
-    reason = f"auto: {t_env * 1e6:.1f} µs/env step, {cores} cores, predicted {serial / step:.2f}x in-process in a training loop"
+    reason = (
+        f"auto: {t_env * 1e6:.1f} µs/env step, {cores} cores, "
+        f"predicted {serial / step:.2f}x in-process in a training loop"
+    )
     return _with_waits(num_envs, cores, t_env, k, main, max_spin, reason, scale)
 
 
@@ -239,7 +252,9 @@ def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason,
     return Plan(n_workers, main_shard, worker_spin, main_spin, reason, t_env, tight_loop_spin=True)
 
 
-def time_env_step(env_fn: Callable[[], object], budget: float = TIMING_BUDGET, max_steps: int = TIMING_MAX_STEPS) -> float:
+def time_env_step(
+    env_fn: Callable[[], object], budget: float = TIMING_BUDGET, max_steps: int = TIMING_MAX_STEPS
+) -> float:
     """Seconds per ``step()`` of one env built by ``env_fn`` (resets included), within ~``budget``.
 
     The env is built in this process, reset, stepped with random actions (its action

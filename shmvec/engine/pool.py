@@ -63,25 +63,25 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from shmvec.engine.async_schedule import AsyncSchedule
+from shmvec.engine.failures import main_shard_error
+from shmvec.engine.interface import EngineBase
+from shmvec.engine.link import WorkerLink, mp_context
+from shmvec.engine.omp_spin import ShortSpin, short_spin_for_pool
+from shmvec.engine.plan import describe_plan, plan_pool
+from shmvec.engine.rare_calls import Requests
+from shmvec.engine.resources import PoolResources, finalize_unclosed
+from shmvec.engine.restart import Restarter
+from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
+from shmvec.engine.validation import check_env_fns, check_not_bootstrapping, check_same_spaces
+from shmvec.engine.worker_waits import WorkerWaits
 from shmvec.ipc import layout as lay
 from shmvec.ipc import pickled
 from shmvec.ipc.action_rows import ActionRows
-from shmvec.engine.plan import describe_plan, plan_pool
-from shmvec.engine.async_schedule import AsyncSchedule
-from shmvec.engine.failures import main_shard_error
-from shmvec.engine.link import WorkerLink, mp_context
-from shmvec.options import PoolOptions
-from shmvec.ipc.protocol import Attach, Command, Hello, NextWait, Reset, RunOps, StepInfo
-from shmvec.engine.rare_calls import Requests
-from shmvec.engine.resources import PoolResources, finalize_unclosed
-from shmvec.engine.interface import EngineBase
-from shmvec.engine.omp_spin import ShortSpin, short_spin_for_pool
-from shmvec.engine.restart import Restarter
-from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
 from shmvec.ipc.arena import OwnedArena
+from shmvec.ipc.protocol import Attach, Command, Hello, NextWait, Reset, RunOps, StepInfo
 from shmvec.ipc.signals import Signal
-from shmvec.engine.validation import check_env_fns, check_not_bootstrapping, check_same_spaces
-from shmvec.engine.worker_waits import WorkerWaits
+from shmvec.options import PoolOptions
 
 # With a timeout set, start-up gets at least this long: spawned workers import modules first.
 START_TIMEOUT = 30.0
@@ -171,7 +171,11 @@ class ShmPool(WorkerWaits, EngineBase):
         spaces = [pair for hello in hellos for pair in hello.spaces]
         check_same_spaces(spaces, obs_space_match)
         self.single_observation_space, self.single_action_space = spaces[0]
-        self.env_metadata, self.env_render_mode, self.env_spec = hellos[0].metadata, hellos[0].render_mode, hellos[0].spec
+        self.env_metadata, self.env_render_mode, self.env_spec = (
+            hellos[0].metadata,
+            hellos[0].render_mode,
+            hellos[0].spec,
+        )
 
         self.layout = lay.ArenaLayout.plan(
             self.single_observation_space,
@@ -195,7 +199,9 @@ class ShmPool(WorkerWaits, EngineBase):
             link.conn.send_bytes(pickle.dumps(self.attach_message()))
         self.main: Shard | None = None  # the main process's shard, shards[-1], if main_shard
         if self.main_shard:
-            self.main = Shard(res.main_envs, self.shards[-1][0], views, self.layout, self.autoreset_mode, self.single_action_space)
+            self.main = Shard(
+                res.main_envs, self.shards[-1][0], views, self.layout, self.autoreset_mode, self.single_action_space
+            )
         self.requests = Requests(self)
         self.batches = AsyncSchedule(self)
         res.short_spin, self.omp_spin = short_spin_for_pool(opts.omp_spin, self.n_workers)
@@ -251,7 +257,9 @@ class ShmPool(WorkerWaits, EngineBase):
             replies[link.index] = self.restarter.restart_in_step(link)
         if main_infos:  # the envs' own objects; worker infos arrive as (pickled) copies
             main_infos = copy.deepcopy(main_infos)
-        records = self.pickled.keep_obs([r for reply in replies for r in reply] + main_infos if any(replies) else main_infos)
+        records = self.pickled.keep_obs(
+            [r for reply in replies for r in reply] + main_infos if any(replies) else main_infos
+        )
         if self._final_flag is not None:
             done = self.terminated | self.truncated
             if _count_nonzero(done):  # ~0.3 µs when no episode ended, instead of ~1.9 for flatnonzero
@@ -308,4 +316,3 @@ class ShmPool(WorkerWaits, EngineBase):
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
-

@@ -14,9 +14,9 @@ import cloudpickle
 
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.link import WorkerLink
-from shmvec.ipc.protocol import Reset, RunOps
 from shmvec.engine.restart import RestartNeeded
 from shmvec.engine.shard import EnvFailed
+from shmvec.ipc.protocol import Reset, RunOps
 
 if TYPE_CHECKING:
     from shmvec.engine.pool import ShmPool

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
-from shmvec.ipc.leftovers import reclaim
 from shmvec.engine.omp_spin import ShortSpin
 from shmvec.ipc.arena import OwnedArena
+from shmvec.ipc.leftovers import reclaim
 from shmvec.ipc.signals import Signal
 
 if TYPE_CHECKING:

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium.vector import AutoresetMode
 
-from shmvec.ipc import layout as lay
-from shmvec.errors import SpaceMismatchError
 from shmvec.engine.failures import describe_exit, remote_error
 from shmvec.engine.link import IDLE, WorkerLink, mp_context
+from shmvec.errors import SpaceMismatchError
+from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import ErrorReport, StepInfo
 
 if TYPE_CHECKING:
@@ -105,7 +105,6 @@ class Restarter:
             pool._break(f"restarting worker {link.index} ({link.envs}) failed", exc)
         link.owes = IDLE
         return pool.pickled.keep_reset_obs(reply)
-
 
 
 class RestartNeeded(Exception):

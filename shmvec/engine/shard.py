@@ -102,9 +102,7 @@ class Shard:
         """One record per env, in env order, each carrying its pickled observation leaves."""
         pickled, self.pickled_out = self.pickled_out, {}
         by_env = {record.env_index: record for record in infos}
-        return [
-            by_env.get(i, StepInfo(i, {}))._replace(pickled_obs=pickled[i]) for i in range(self.start, self.stop)
-        ]
+        return [by_env.get(i, StepInfo(i, {}))._replace(pickled_obs=pickled[i]) for i in range(self.start, self.stop)]
 
     # -- commands ------------------------------------------------------------------
 
@@ -191,7 +189,12 @@ class Shard:
             if flat is not None:
                 flat[s:e] = rows
         except (ValueError, TypeError):  # values numpy cannot stack (e.g. (1, 4) observations): row by row
-            for view, values in ((self.reward, rewards), (self.terminated, terms), (self.truncated, truncs), (flat, rows)):
+            for view, values in (
+                (self.reward, rewards),
+                (self.terminated, terms),
+                (self.truncated, truncs),
+                (flat, rows),
+            ):
                 for k in range(count if view is not None else 0):
                     view[s + k] = values[k]
 

@@ -13,8 +13,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from shmvec.errors import InvalidActionError, SpaceMismatchError
 from shmvec.engine.failures import UNGUARDED_MAIN_EXIT
+from shmvec.errors import InvalidActionError, SpaceMismatchError
 
 
 def checked_column(values: object, view: np.ndarray, leaf_space: spaces.Space, context: str) -> np.ndarray:

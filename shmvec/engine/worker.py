@@ -17,14 +17,17 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import cloudpickle
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.ipc import layout as lay
+from shmvec.ipc.arena import attach
 from shmvec.ipc.protocol import (
     POST_SPAN,
     SENT_SHIFT,
@@ -40,8 +43,6 @@ from shmvec.ipc.protocol import (
     Status,
     StepInfo,
 )
-from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs
-from shmvec.ipc.arena import attach
 from shmvec.ipc.signals import MAX_SPIN, Signal
 
 THREAD_ENV_VARS = (

@@ -16,7 +16,8 @@ from shmvec.ipc.protocol import ErrorReport
 
 
 class WorkerWaits(Breakable):
-    """The waits of :class:`~shmvec.engine.pool.ShmPool` on its workers (its ``links``), watching every one's liveness."""
+    """The waits of :class:`~shmvec.engine.pool.ShmPool` on its workers (its ``links``),
+    watching every one's liveness."""
 
     links: list[WorkerLink]
     timeout: float | None  # the default limit of a wait, in seconds
@@ -117,7 +118,9 @@ class WorkerWaits(Breakable):
                 pass  # an env error of a step nobody waited for
 
     def _time_out(self, link: WorkerLink, limit: float | None) -> NoReturn:
-        silent = [i for other in self.links if other is link or not other.answered() for i in range(other.start, other.stop)]
+        silent = [
+            i for other in self.links if other is link or not other.answered() for i in range(other.start, other.stop)
+        ]
         self._res.graceful = False  # they are stuck: closing will terminate them
         if self._res.arena is None:  # still starting
             self._break(f"envs {ranges(silent)} were not built within {limit}s (an env_fn hangs?)", StepTimeoutError)
