@@ -77,6 +77,64 @@ def make_mixed(max_episode_steps: int = 25, render_mode=None):
     return gym.wrappers.TimeLimit(MixedDictEnv(render_mode=render_mode), max_episode_steps=max_episode_steps)
 
 
+class InfoTypesEnv(gym.Env):
+    """Infos at every step, as MuJoCo and Atari envs return them, plus the ones that cannot use a
+    shared row: every value type that one can carry (Python and numpy scalars, small arrays),
+    a second key set now and then, and infos that must be pickled (a nested dict, a string
+    and, unless ``mergeable`` (what Gymnasium's vector envs can merge into arrays), an int
+    beyond int64 and an array whose shape changed). Episodes end by termination and, through
+    :func:`make_info_types`, truncation; reset infos have keys of their own.
+    """
+
+    def __init__(self, mergeable: bool = False):
+        self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float64)
+        self.action_space = spaces.Discrete(3)
+        self.variants = 4 if mergeable else 6
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = self.np_random.uniform(-0.5, 0.5, 2)
+        self.t = 0
+        return self.x.copy(), {"x_position": np.float64(self.x[0]), "lives": 3}
+
+    def step(self, action):
+        self.t += 1
+        self.x = self.x + (int(action) - 1) * 0.1 + self.np_random.normal(0, 0.1, 2)
+        info = {
+            "x_position": np.float64(self.x[0]),
+            "reward_ctrl": np.float32(-0.1 * int(action)),
+            "reward_survive": 1.0,
+            "lives": 3 - self.t // 10,
+            "flag": bool(self.x[1] > 0),
+            "np_flag": np.bool_(self.x[0] > 0),
+            "code": np.uint64(2**63 + self.t),
+            "small": np.int8(-self.t % 100),
+            "tendon": self.x * np.array([1.0, -1.0]),
+            "mask": (self.x > 0).astype(np.int8)[None, :],
+        }
+        variant = int(self.np_random.integers(0, 3 * self.variants))  # the plain info two times in three
+        if variant >= self.variants:
+            pass
+        elif variant == 0:
+            info = {"lives": 3, "frame_number": self.t}  # another key set
+        elif variant == 1:
+            info = {}
+        elif variant == 2:
+            info["stats"] = {"t": self.t}  # nested: pickled
+        elif variant == 3:
+            info["label"] = f"level-{self.t % 3}"  # a string: pickled
+        elif variant == 4:
+            info["lives"] = 2**70  # beyond int64: pickled
+        elif variant == 5:
+            info["tendon"] = np.zeros(3)  # another shape under the same keys: a schema of its own
+        reward = float(-np.square(self.x).sum())
+        return self.x.copy(), reward, bool(np.abs(self.x).max() > 1.0), False, info
+
+
+def make_info_types(max_episode_steps: int = 40, mergeable: bool = False):
+    return gym.wrappers.TimeLimit(InfoTypesEnv(mergeable), max_episode_steps=max_episode_steps)
+
+
 class TupleObsEnv(gym.Env):
     """Tuple observations (Box, Discrete) and a Discrete action."""
 

@@ -89,13 +89,16 @@ class DieOnce(gym.Wrapper):
     """CartPole that kills its own process at its ``at``-th step, unless ``marker`` exists.
 
     It creates ``marker`` first, so the env rebuilt by a restart lives on. Counts its
-    resets in ``resets`` (a fresh instance starts at 0).
+    resets in ``resets`` (a fresh instance starts at 0). ``infos``: every step returns an
+    info, ``{"t": steps}`` from the envs built at start-up, ``{"rebuilt": steps}`` from those
+    built once ``marker`` exists.
     """
 
-    def __init__(self, how: str | None = None, at: int = 5, marker: str = ""):
+    def __init__(self, how: str | None = None, at: int = 5, marker: str = "", infos: bool = False):
         super().__init__(gym.make("CartPole-v1"))
         self.how, self.at, self.marker = how, at, marker
         self.t = self.resets = 0
+        self.info_key = ("rebuilt" if os.path.exists(marker) else "t") if infos else None
 
     def reset(self, **kwargs):
         self.resets += 1
@@ -108,11 +111,14 @@ class DieOnce(gym.Wrapper):
             if self.how == "exit":
                 os._exit(3)
             os.kill(os.getpid(), signal.SIGKILL)
-        return self.env.step(action)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.info_key:
+            info = {self.info_key: np.float64(self.t)}
+        return obs, reward, terminated, truncated, info
 
     def pid(self):
         return os.getpid()
 
 
-def die_once_fns(how: str | None, marker: str, bad: int = BAD, n: int = N_ENVS, at: int = 5) -> list:
-    return [functools.partial(DieOnce, how if i == bad else None, at, marker) for i in range(n)]
+def die_once_fns(how: str | None, marker: str, bad: int = BAD, n: int = N_ENVS, at: int = 5, infos=False) -> list:
+    return [functools.partial(DieOnce, how if i == bad else None, at, marker, infos) for i in range(n)]

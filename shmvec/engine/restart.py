@@ -50,6 +50,7 @@ class Restarter:
         pool.rewards[start:stop] = 0.0
         pool.terminated[start:stop] = False
         pool.truncated[start:stop] = True
+        pool.info_reader.forget(link.index, start, stop)  # codes of a step it never finished
         if pool._final_flag is not None:  # no final obs: it died with the worker
             pool._final_flag[start:stop] = False
         # The reset info belongs with the observation only when that obs starts the next

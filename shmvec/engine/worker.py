@@ -28,6 +28,7 @@ from gymnasium.vector import AutoresetMode
 from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.ipc import layout as lay
 from shmvec.ipc.arena import attach
+from shmvec.ipc.info_rows import InfoWriter
 from shmvec.ipc.protocol import (
     POST_SPAN,
     SENT_SHIFT,
@@ -135,7 +136,8 @@ def worker_main(
         attach_msg: Attach = pickle.loads(conn.recv_bytes())  # the watchdog ends us if the main process dies
         arena = attach(attach_msg.arena_name, attach_msg.layout.nbytes)
         views = attach_msg.layout.views(arena)
-        shard = Shard(envs, first_env, views, attach_msg.layout, attach_msg.autoreset_mode, envs[0].action_space)
+        layout, mode = attach_msg.layout, attach_msg.autoreset_mode
+        shard = Shard(envs, first_env, views, layout, mode, envs[0].action_space, InfoWriter(views, worker))
         ready = Signal.open(attach_msg.ready_name)
         sends = _Sends(worker, conn, ready, finished, shard, views)
         if shard.double_buffered:  # a restarted worker joins the step in progress: its buffer

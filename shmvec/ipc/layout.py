@@ -27,6 +27,7 @@ import numpy as np
 from gymnasium import spaces
 
 from shmvec.errors import UnsupportedSpaceError
+from shmvec.ipc.info_rows import INFO_CODE, INFO_ROW_BYTES, INFO_ROWS, INFO_SCHEMAS, SCHEMA_BLOCK_BYTES
 
 ALIGNMENT = 64  # bytes; one cache line, so neighbouring fields never share one
 
@@ -205,6 +206,9 @@ class ArenaLayout:
             (OUTBOX, (n_envs,), np.dtype(np.int64)),
             (READY_NS, (n_envs,), np.dtype(np.int64)),
             (ENV_STATUS, (n_envs,), np.dtype(np.int8)),
+            (INFO_ROWS, (n_envs, INFO_ROW_BYTES), np.dtype(np.uint8)),  # see shmvec.ipc.info_rows
+            (INFO_CODE, (n_envs,), np.dtype(np.uint8)),
+            (INFO_SCHEMAS, (n_workers, SCHEMA_BLOCK_BYTES), np.dtype(np.uint8)),
         ]
         wanted += [
             (obs_field(leaf.path, b), (n_envs, *leaf.shape), leaf.dtype)

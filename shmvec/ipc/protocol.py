@@ -2,7 +2,8 @@
 
 The per-step path uses the control block (``layout.CTRL_*``) and the worker's semaphores;
 everything below the enums is a rare message pickled through the worker's pipe: start-up,
-reset, attribute/method calls, non-empty infos and errors. Spaces with leaves of no fixed
+reset, attribute/method calls, the infos that do not fit a shared row (``ipc/info_rows.py``)
+and errors. Spaces with leaves of no fixed
 size (``layout.Leaf.pickled``) add per-step messages: :class:`PickledActions` after each
 STEP command when the action space has such leaves, and a :class:`StepInfo` for every env,
 carrying ``pickled_obs``, in each step reply when the observation space has them.
@@ -27,8 +28,9 @@ Each hand-off, as writer: what -> the post that publishes it -> reader, after ta
   later one) -> worker k, which steps exactly the ids up to the ``sent`` of the word it
   acts on, never a count read again.
 - worker k, a command's answer: ``CTRL_STATUS`` and its rows (observations, rewards,
-  flags, final observations) -> ``done[k]``, one post per command -> main
-  (``WorkerLink.wait``), then the reply on the pipe.
+  flags, final observations, info rows and codes, its block of info schemas) ->
+  ``done[k]``, one post per command -> main (``WorkerLink.wait``), then the reply on the
+  pipe.
 - worker k, env i of a send: its rows, ``ENV_STATUS[i]``, ``READY_NS[i]``, its outbox slot
   -> ``finished[k]``, one post per env -> main (``AsyncSchedule._scan``), one outbox slot
   per post taken; ``ready``, shared by the workers, only wakes it. Env i's record or

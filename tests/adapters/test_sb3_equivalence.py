@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from tests.envs import TupleObsEnv, cartpole, make_image, make_mixed
+from tests.envs import TupleObsEnv, cartpole, make_image, make_info_types, make_mixed
 from tests.helpers import assert_same
 from tests.sb3_compare import make_pair, run_equivalence, sample_actions
 
@@ -22,6 +22,10 @@ STEPS = 300
 
 def pendulum():
     return gym.make("Pendulum-v1", max_episode_steps=60)  # float32 Box actions, truncations
+
+
+def taxi():
+    return gym.make("Taxi-v4", max_episode_steps=30)  # infos at every step: a float and an int8 array
 
 
 def acrobot():
@@ -36,6 +40,8 @@ ENVS = {
     "tuple": (TupleObsEnv, None, ("terminated",)),
     "acrobot": (acrobot, {"low": -0.2, "high": 0.2}, ("truncated",)),
     "image": (make_image, None, ("terminated", "truncated")),
+    "info_types": (make_info_types, None, ("terminated", "truncated")),  # infos in shared rows or pickled
+    "taxi": (taxi, None, ("truncated",)),
 }
 SHAPES = [(1, 1), (4, 1), (5, 2), (7, 3), (8, 8), (16, 2)]
 
@@ -50,7 +56,7 @@ def _check_run(name: str, n_envs: int, n_workers: int, closing, steps: int = STE
 
 
 @pytest.mark.parametrize("n_envs,n_workers", SHAPES, ids=[f"N{n}K{k}" for n, k in SHAPES])
-@pytest.mark.parametrize("name", ["cartpole", "pendulum", "mixed", "tuple", "acrobot"])
+@pytest.mark.parametrize("name", ["cartpole", "pendulum", "mixed", "tuple", "acrobot", "info_types", "taxi"])
 def test_equivalent_to_dummy(name, n_envs, n_workers, closing):
     _check_run(name, n_envs, n_workers, closing)
 
@@ -63,8 +69,8 @@ def test_every_worker_count_mixed_dict_obs(n_workers, closing):
 MAIN_CASES = [
     (name, n, k)
     for n, k in [(1, 0), (3, 0), (5, 1), (7, 2), (16, 1)]
-    for name in ["cartpole", "pendulum", "mixed", "tuple", "acrobot"]
-    if n not in (3, 7) or name in ("cartpole", "mixed")  # the rest is covered by the other shapes
+    for name in ["cartpole", "pendulum", "mixed", "tuple", "acrobot", "info_types"]
+    if n not in (3, 7) or name in ("cartpole", "mixed", "info_types")  # the rest is covered by the other shapes
 ]
 
 

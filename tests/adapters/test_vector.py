@@ -25,7 +25,7 @@ from shmvec import (
     StepTimeoutError,
     WorkerDiedError,
 )
-from tests.envs import MixedDictEnv, NestedEnv, TupleObsEnv, make_mixed
+from tests.envs import MixedDictEnv, NestedEnv, TupleObsEnv, make_info_types, make_mixed
 from tests.helpers import assert_same
 
 STEPS = 300
@@ -38,6 +38,8 @@ ENV_FACTORIES = {
     "MixedDict": lambda: make_mixed(max_episode_steps=25),
     "TupleObs": lambda: gym.wrappers.TimeLimit(TupleObsEnv(), max_episode_steps=30),
     "Nested": lambda: NestedEnv(max_steps=20),
+    "InfoTypes": lambda: make_info_types(mergeable=True),  # infos at every step, in shared rows or pickled
+    "Taxi": lambda: gym.make("Taxi-v4", max_episode_steps=30),
 }
 
 
@@ -103,7 +105,7 @@ def test_matches_sync_vector_env(env_name, mode, n_envs, n_workers, closing):
     assert counts["terminated"] + counts["truncated"] > 0, counts
     if env_name in ("MixedDict", "Nested", "Pendulum", "TupleObs"):
         assert counts["truncated"] > 0, counts
-    if env_name in ("MixedDict", "Nested"):
+    if env_name in ("MixedDict", "Nested", "InfoTypes"):
         assert counts["terminated"] > 0 and counts["info_steps"] > 0, counts
     if mode == AutoresetMode.DISABLED:
         assert counts["masked_resets"] > 0, counts
@@ -114,8 +116,9 @@ MAIN_SHARD_SHAPES = [(5, 1), (7, 2), (2, 0)]
 
 @pytest.mark.parametrize("n_envs,n_workers", MAIN_SHARD_SHAPES, ids=[f"N{n}K{k}" for n, k in MAIN_SHARD_SHAPES])
 @pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
-def test_matches_sync_vector_env_with_main_shard(mode, n_envs, n_workers, closing):
-    shm, ref = make_pair("Nested", n_envs, n_workers, closing, mode, main_shard=True)
+@pytest.mark.parametrize("env_name", ["Nested", "InfoTypes"])
+def test_matches_sync_vector_env_with_main_shard(env_name, mode, n_envs, n_workers, closing):
+    shm, ref = make_pair(env_name, n_envs, n_workers, closing, mode, main_shard=True)
     counts = run_equivalence(shm, ref, 200, seed=n_envs)
     assert counts["terminated"] > 0 and counts["truncated"] > 0 and counts["info_steps"] > 0, counts
 

@@ -139,6 +139,26 @@ def test_sb3_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, h
 
 
 @pytest.mark.timeout(60)
+def test_infos_in_shared_rows_come_from_the_restarted_worker_after_a_restart(closing, marker):
+    """The new worker's schema codes mean other key sets than the dead one's: the main process
+    must learn them anew (here its first schema has the key "rebuilt", the old one's "t")."""
+    fns = die_once_fns("exit", marker, at=AT, infos=True)
+    env = closing(ShmPoolVecEnv(fns, N_WORKERS, start_method="fork", **RESTART))
+    env.reset()
+    for t in range(1, AT):
+        infos = env.step(np.zeros(N_ENVS, np.int64))[3]
+        assert_same([info["t"] for info in infos], [np.float64(t)] * N_ENVS)
+    assert np.count_nonzero(env._pool.info_reader.codes) == N_ENVS  # they come through the rows
+    with pytest.warns(RuntimeWarning, match="restarting it"):
+        env.step(np.zeros(N_ENVS, np.int64))
+    for t in range(1, 4):  # (an env whose episode ends has its info, and more, through the pipe)
+        _, _, dones, infos = env.step(np.full(N_ENVS, t % 2))
+        assert_same([info.get("t") for info in infos], [np.float64(AT + t)] * len(KEPT) + [None] * len(DEAD))
+        assert_same([info.get("rebuilt") for info in infos], [None] * len(KEPT) + [np.float64(t)] * len(DEAD))
+    assert np.count_nonzero(env._pool.info_reader.codes[DEAD]) == np.count_nonzero(~dones[DEAD])
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "mode, how, at",
     [(mode, how, AT) for mode in [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP] for how in HOW]

@@ -14,6 +14,7 @@ from gymnasium import spaces
 
 from shmvec.errors import UnsupportedSpaceError
 from shmvec.ipc import layout as lay
+from shmvec.ipc.info_rows import INFO_CODE, INFO_ROWS, INFO_SCHEMAS
 from tests.envs import Token, TokenSpace
 from tests.helpers import assert_same
 
@@ -48,7 +49,10 @@ NESTED_LEAVES = [
     (("s",), None, None),
     (("u",), None, None),
 ]
-CONTROL_FIELDS = ["ctrl", "reward", "terminated", "truncated", "inbox", "outbox", "ready_ns", "env_status"]
+CONTROL_FIELDS = [
+    *["ctrl", "reward", "terminated", "truncated", "inbox", "outbox", "ready_ns", "env_status"],
+    *[INFO_ROWS, INFO_CODE, INFO_SCHEMAS],
+]
 
 
 class BoxSubclass(spaces.Box):
@@ -187,6 +191,8 @@ def test_plan_places_nested_spaces_without_pickled_leaves():
     assert shapes["reward"] == ((5,), np.dtype(np.float64))
     assert shapes["terminated"] == shapes["truncated"] == ((5,), np.dtype(np.bool_))
     assert shapes["env_status"] == ((5,), np.dtype(np.int8))
+    assert shapes[INFO_ROWS] == ((5, 512), np.dtype(np.uint8)) and shapes[INFO_CODE] == ((5,), np.dtype(np.uint8))
+    assert shapes[INFO_SCHEMAS] == ((2, 4096), np.dtype(np.uint8))  # a block per worker
     assert shapes["obs('a',)"] == ((5, 2, 3), np.dtype(np.float32))
     assert shapes["obs('b', 2, 'c')"] == ((5, 4), np.dtype(np.int8))
     # an action row holds 3 values of any dtype a caller gives: the codes say which
@@ -213,7 +219,9 @@ def test_plan_gives_empty_and_one_byte_fields_a_cache_line_each():
     layout = lay.ArenaLayout.plan(spaces.Box(0, 1, (0,)), spaces.MultiBinary(1), n_envs=1, n_workers=1)
     assert layout.fields["obs()"].nbytes == 0 and layout.fields[lay.ENV_STATUS].nbytes == 1
     assert_well_placed(layout)
-    assert layout.nbytes == lay.ALIGNMENT * len(layout.fields)
+    multi_line = {INFO_ROWS: 512, INFO_SCHEMAS: 4096}  # one env's info row, one worker's schema block
+    small = len(layout.fields) - len(multi_line)
+    assert layout.nbytes == lay.ALIGNMENT * small + sum(multi_line.values())
 
 
 def test_plan_is_picklable():
