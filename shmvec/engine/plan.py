@@ -22,12 +22,13 @@ more, and unscaled overheads would send a few light envs to workers where stayin
 in-process is faster.
 
 The model is that of a training loop, the loop users run: the caller computes (a
-policy's forward pass) between steps, the workers block meanwhile rather than take its
-cores (:class:`~shmvec.ipc.protocol.NextWait`), so every step with workers starts with a
-wake-up (:data:`T_SYNC_BLOCK`) on its critical path. A few light envs then stay in the
-main process, where a wake-up would cost more than the envs' whole step. In a
-bare stepping loop the waits spin instead, and the same plan runs faster than the model
-says. Among the
+policy's forward pass) between steps, and every step with workers is charged a wake-up
+(:data:`T_SYNC_BLOCK`) on its critical path: workers block through a long forward pass
+rather than hold its cores, and even spinning through a short one they share the cores
+with the caller's threads (:class:`~shmvec.ipc.protocol.NextWait`). A few light envs
+then stay in the main process, where a wake-up would cost more than the envs' whole
+step. In a bare stepping loop the waits spin, and the same plan runs faster than the
+model says. Among the
 candidates within :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env
 in the main process (heavy envs then run isolated in workers at no cost).
 
@@ -229,8 +230,8 @@ def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason,
       has no shard and the workers fill every core (it then shares a core with one);
     - a worker waits for its next step as the main process says with each step
       (``tight_loop_spin``, :class:`~shmvec.ipc.protocol.NextWait`): spinning while the caller
-      steps in a tight loop, blocking at once while it computes between steps (a policy,
-      which a spinning worker would slow down by taking its core);
+      comes back soon (a tight loop, an MLP policy's forward pass), blocking at once while it
+      computes for long between steps (a CNN's forward pass);
       between other commands it spins within twice the main process's expected cycle
       (its shard and bookkeeping; ``max_spin`` when not timed).
 

@@ -81,14 +81,16 @@ from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.arena import OwnedArena
 from shmvec.ipc.info_rows import InfoReader, fast_copy
 from shmvec.ipc.protocol import Attach, Command, Hello, NextWait, Reset, RunOps, StepInfo
-from shmvec.ipc.signals import Signal
+from shmvec.ipc.signals import MAX_SPIN, Signal
 from shmvec.options import PoolOptions
 
 # With a timeout set, start-up gets at least this long: spawned workers import modules first.
 START_TIMEOUT = 30.0
-# A caller that takes longer than this between steps computes there (a policy forward pass
-# takes 150 µs and more on a CPU); a bare stepping loop, adapters included, takes ~40 µs.
-CALLER_BUSY = 100e-6
+# A caller back within this long (a bare stepping loop, ~40 µs; an MLP policy's forward pass,
+# 0.3-0.8 ms) is back before a worker's spin (signals.MAX_SPIN) runs out: spinning through
+# it spares the worker a ~80 µs wake-up, and a spinner yields its core to the caller's threads
+# on every turn (an MLP's forward pass measured no slower). A CNN's forward pass takes longer.
+CALLER_SPIN = MAX_SPIN / 2
 _COMMAND_STEP = int(Command.STEP)  # plain ints for the hot path (IntEnum access costs ~1 µs)
 _WAIT_OWN, _WAIT_BLOCK, _WAIT_SPIN = int(NextWait.OWN), int(NextWait.BLOCK), int(NextWait.SPIN)
 _count_nonzero = np.count_nonzero
@@ -239,7 +241,7 @@ class ShmPool(WorkerWaits, EngineBase):
         """How the workers wait for the step after this one: see protocol.NextWait."""
         if not self.plan.tight_loop_spin:
             return _WAIT_OWN
-        return _WAIT_BLOCK if time.perf_counter() - self._step_returned > CALLER_BUSY else _WAIT_SPIN
+        return _WAIT_SPIN if time.perf_counter() - self._step_returned < CALLER_SPIN else _WAIT_BLOCK
 
     def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
         """Wait for the pending step (``timeout`` overrides the pool's); results are in the arena views.

@@ -71,14 +71,15 @@ class Command(enum.IntEnum):
 class NextWait(enum.IntEnum):
     """Written by the main process with each step: how the worker waits for the step after it.
 
-    The main process knows what the worker cannot: whether its caller comes back at once
-    (a bare stepping loop: spinning through the wait saves a ~80 µs wake-up) or computes
-    between steps (a policy: a spinner would take a core from it).
+    The main process knows what the worker cannot: whether its caller comes back soon (a
+    bare stepping loop, or a light policy's forward pass: spinning through the wait saves
+    a ~80 µs wake-up) or computes for long between steps (a CNN: a spinner would hold a
+    core for nothing).
     """
 
     OWN = 0  # adaptively, within the worker's max_spin (also after every command but STEP)
-    BLOCK = 1  # the caller computes between steps: block at once
-    SPIN = 2  # the caller steps in a tight loop and every busy process has a core: spin up to sync.MAX_SPIN
+    BLOCK = 1  # the caller computes for long between steps: block at once
+    SPIN = 2  # the caller comes back soon and every busy process has a core: spin up to signals.MAX_SPIN
 
 
 class Status(enum.IntEnum):

@@ -181,8 +181,10 @@ def test_explicit_n_workers_gives_exactly_that_many_workers_and_no_main_shard(cl
     assert len(shm._pool.links) == 3 and shm._pool.main is None
 
 
-@pytest.mark.parametrize("caller_time, expected", [(10e-6, NextWait.SPIN), (1e-3, NextWait.BLOCK)])
-def test_workers_spin_for_the_next_step_only_while_the_caller_comes_straight_back(
+@pytest.mark.parametrize(
+    "caller_time, expected", [(10e-6, NextWait.SPIN), (500e-6, NextWait.SPIN), (5e-3, NextWait.BLOCK)]
+)
+def test_workers_spin_for_the_next_step_only_while_the_caller_comes_back_soon(
     closing, monkeypatch, caller_time, expected
 ):
     clock = [100.0]
