@@ -25,10 +25,10 @@ The model is that of a training loop, the loop users run: the caller computes (a
 policy's forward pass) between steps, and every step with workers is charged a wake-up
 (:data:`T_SYNC_BLOCK`) on its critical path: workers block through a long forward pass
 rather than hold its cores, and even spinning through a short one they share the cores
-with the caller's threads (:class:`~shmvec.ipc.protocol.NextWait`). A few light envs
-then stay in the main process, where a wake-up would cost more than the envs' whole
-step. In a bare stepping loop the waits spin, and the same plan runs faster than the
-model says. Among the
+with the caller's threads (:class:`~shmvec.ipc.protocol.NextWait`); the policy's own
+threads then run slower too (:data:`T_CALLER_TAX`). A few light envs then stay in the
+main process, where this would cost more than the envs' whole step. In a bare stepping
+loop the waits spin, and the same plan runs faster than the model says. Among the
 candidates within :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env
 in the main process (heavy envs then run isolated in workers at no cost).
 
@@ -61,6 +61,11 @@ logger = logging.getLogger("shmvec")
 # Calibrated on the 2-core machine (CartPole-v1 and a zero-cost env, round-robin medians):
 T_SYNC_SPIN = 12e-6  # one synchronous round trip when waiter and workers each have a core (spin)
 T_SYNC_BLOCK = 70e-6  # ... when they do not: the main process blocks and pays a wake-up per step
+# What a policy's forward pass loses per step while worker processes share the cores: its
+# OpenMP threads sleep between ops instead of spinning (see omp_spin), so each parallel op
+# pays a wake-up. Measured +80 µs (HalfCheetah's MLP) to +200 µs (Acrobot's) per step on a
+# 2-core VM that runs Python ~1.8x slower than the calibration machine.
+T_CALLER_TAX = 45e-6
 T_BOOK_FIXED = 10e-6  # the main process's per-step bookkeeping (adapters), any configuration
 T_BOOK_PER_ENV = 0.15e-6  # ... per env (observation copy, infos)
 T_WRITE_PER_ENV = 0.4e-6  # a shard writing one env's rows into shared memory, on top of the step
@@ -140,7 +145,8 @@ def predicted_step_time(
     """Seconds per synchronous vector step of this configuration (the overhead model);
     ``scale`` multiplies the overheads (:func:`machine_scale`). ``caller_computes``: the
     caller runs a policy between steps, so workers wake up from a blocked wait each step
-    (``False``: a bare stepping loop, where they spin)."""
+    and the policy's threads pay :data:`T_CALLER_TAX` (``False``: a bare stepping loop,
+    where they spin)."""
     lanes = n_workers + main_shard
     largest, _ = shard_sizes(num_envs, n_workers, main_shard)
     per_env = t_env + T_WRITE_PER_ENV * scale
@@ -151,7 +157,7 @@ def predicted_step_time(
         sync = T_SYNC_SPIN
     else:
         sync = T_SYNC_BLOCK
-    wake = T_SYNC_BLOCK if caller_computes and n_workers else 0.0
+    wake = T_SYNC_BLOCK + T_CALLER_TAX if caller_computes and n_workers else 0.0
     return stepping + (wake + sync + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
 
 

@@ -50,7 +50,6 @@ class Restarter:
         pool.rewards[start:stop] = 0.0
         pool.terminated[start:stop] = False
         pool.truncated[start:stop] = True
-        pool.info_reader.forget(link.index, start, stop)  # codes of a step it never finished
         if pool._final_flag is not None:  # no final obs: it died with the worker
             pool._final_flag[start:stop] = False
         # The reset info belongs with the observation only when that obs starts the next
@@ -84,6 +83,7 @@ class Restarter:
         link.seq = link.sent = link.taken = 0
         link.send_replies.clear()
         link.ctrl[:] = 0
+        pool.info_reader.forget(link.index, link.start, link.stop)  # the new one learns its info schemas anew
         link.ctrl[lay.CTRL_OBS_BUFFER] = pool.obs_buffer  # its reset observations belong to the step in progress
         opts = pool.options
         try:
