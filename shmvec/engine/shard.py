@@ -61,7 +61,7 @@ class Shard:
         self.write_obs = self._write_obs_keeping_pickled if self._pickled_obs_paths else self._write_obs
         self._final_obs = arena_views.get(lay.FINAL_OBS)  # present: episode ends travel in shm
         self._final_flag = arena_views.get(lay.FINAL_FLAG)
-        # A worker's shard writes step infos into shared rows where it can (the main shard has no pipe to spare).
+        # A worker's shard writes step infos into shared rows where they fit (the main shard's are in place).
         self._write_info = info_writer.write if info_writer is not None else None
         self._info_code = arena_views[INFO_CODE]
         self._coded = False  # whether the last step wrote any info code (they must be cleared)
