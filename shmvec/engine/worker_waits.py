@@ -11,7 +11,7 @@ from shmvec.engine.breakable import Breakable
 from shmvec.engine.failures import not_answered, ranges, remote_error, unguarded_main_error
 from shmvec.engine.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink
 from shmvec.engine.restart import RestartNeeded
-from shmvec.errors import ShmVecError, StepTimeoutError
+from shmvec.errors import ShmVecError, StepTimeoutError, WorkerDiedError
 from shmvec.ipc.protocol import ErrorReport
 
 
@@ -21,7 +21,7 @@ class WorkerWaits(Breakable):
 
     links: list[WorkerLink]
     timeout: float | None  # the default limit of a wait, in seconds
-    restarter: Any  # a Restarter in restart mode, else None
+    restarter: Any  # a Restarter in restart mode once the pool has started, else None
     options: Any  # PoolOptions
     _res: Any  # PoolResources: ``arena`` (None while starting), ``graceful``
 
@@ -81,7 +81,7 @@ class WorkerWaits(Breakable):
             if other.death() is not None:
                 self._on_death(other)
         if deadline is not None and time.monotonic() > deadline:
-            self._time_out(link, self.timeout if timeout is None else timeout)
+            self._time_out_on(link, self.timeout if timeout is None else timeout)
 
     def _on_death(self, link: WorkerLink) -> NoReturn:
         """Raise what ``link``'s death means: its last error, the unguarded main script,
@@ -92,12 +92,15 @@ class WorkerWaits(Breakable):
         unguarded = unguarded_main_error(link.process.exitcode, self.options.start_method)
         if unguarded is not None:
             self._break(str(unguarded), unguarded)
-        no_restart = self.restarter.claim(link) if self.restarter else ""
-        self._break(link.death() + no_restart)
+        if self.restarter is None:
+            self._break(link.death())
+        self.restarter.claim(link)  # raises RestartNeeded while the budget lasts
+        self._break(link.death() + self.restarter.used_up)
 
-    def break_for(self, death: str) -> NoReturn:
-        """A worker died where it cannot be restarted (a rare call): raise WorkerDiedError."""
-        self._break(death)
+    def break_for(self, reason: str, error: BaseException | type[BaseException] = WorkerDiedError) -> NoReturn:
+        """Make the pool unusable for ``reason`` and raise ``error`` (by default, a worker died
+        where it cannot be restarted: WorkerDiedError)."""
+        self._break(reason, error)
 
     def blame_dead(self, link: WorkerLink) -> None:
         """The link's pipe broke: it is exiting. Raise what killed it once the exit is visible."""
@@ -117,11 +120,18 @@ class WorkerWaits(Breakable):
             except Exception:
                 pass  # an env error of a step nobody waited for
 
-    def _time_out(self, link: WorkerLink, limit: float | None) -> NoReturn:
+    def time_out(self, silent: list[int], timeout: float | None) -> NoReturn:
+        """Envs ``silent`` did not answer within ``timeout`` (None: the pool's): they are stuck, and so is the pool."""
+        self._res.graceful = False  # they are stuck: closing will terminate them
+        limit = self.timeout if timeout is None else timeout
+        self._break(not_answered(silent, f"timeout={limit}s"), StepTimeoutError)
+
+    def _time_out_on(self, link: WorkerLink, limit: float | None) -> NoReturn:
+        """The deadline of a wait on ``link`` passed: it and the workers that owe an answer are silent."""
         silent = [
             i for other in self.links if other is link or not other.answered() for i in range(other.start, other.stop)
         ]
-        self._res.graceful = False  # they are stuck: closing will terminate them
         if self._res.arena is None:  # still starting
+            self._res.graceful = False
             self._break(f"envs {ranges(silent)} were not built within {limit}s (an env_fn hangs?)", StepTimeoutError)
-        self._break(not_answered(silent, f"timeout={limit}s"), StepTimeoutError)
+        self.time_out(silent, limit)
