@@ -23,7 +23,7 @@ from shmvec.engine.failures import main_shard_error, remote_error
 from shmvec.engine.link import LIVENESS_INTERVAL, WorkerLink
 from shmvec.engine.omp_spin import ShortSpin
 from shmvec.engine.rare_calls import Requests
-from shmvec.engine.restart import Restarter, RestartNeeded
+from shmvec.engine.restart import Restart, Restarter
 from shmvec.engine.shard import EnvFailed, Shard, with_shm_finals
 from shmvec.ipc import layout as lay
 from shmvec.ipc.pickled import PickledLeaves
@@ -42,7 +42,7 @@ class ScheduleHost(Protocol):
     def settle(self) -> None: ...
     def deadline(self, timeout: float | None) -> float | None: ...
     def message_from(self, link: WorkerLink, timeout: float | None = None, send_reply: bool = False) -> Any: ...
-    def check_alive(self, link: WorkerLink) -> None: ...
+    def check_alive(self, link: WorkerLink) -> Restart | None: ...
     def time_out(self, silent: list[int], timeout: float | None) -> NoReturn: ...
 
 
@@ -190,7 +190,12 @@ class AsyncSchedule(EnvStates):
                 i = int(self.outbox[link.start + link.taken % size])
                 link.taken += 1
                 if self.env_status[i] != 0:  # its record or error follows on the pipe
-                    message = self.pool.message_from(link, send_reply=True).payload
+                    reply = self.pool.message_from(link, send_reply=True)
+                    if isinstance(reply, Restart):
+                        # It died before sending it (so this env was its last): the env stays in
+                        # flight, and the restart that _check_alive makes of the claim reports it.
+                        break
+                    message = reply.payload
                     if isinstance(message, ErrorReport):
                         self.state[i] = HELD  # no result: the caller may send to it again
                         error = error or message
@@ -209,10 +214,9 @@ class AsyncSchedule(EnvStates):
         for link in self.links:
             if link.death() is None:
                 continue
-            try:
-                self.pool.check_alive(link)
-            except RestartNeeded:
-                self._restart(link)
+            restart = self.pool.check_alive(link)
+            if restart is not None:
+                self._restart(restart.link)
         if deadline is not None and time.monotonic() > deadline:
             self.pool.time_out(np.flatnonzero(self.state == IN_FLIGHT).tolist(), timeout)
 

@@ -14,7 +14,7 @@ import cloudpickle
 
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.link import WorkerLink
-from shmvec.engine.restart import RestartNeeded
+from shmvec.engine.restart import Restart
 from shmvec.engine.shard import EnvFailed, Shard
 from shmvec.ipc.pickled import PickledLeaves
 from shmvec.ipc.protocol import Reset, RunOps
@@ -30,7 +30,7 @@ class RequestsHost(Protocol):
     def take_pending(self, kind: str) -> None: ...
     def settle(self) -> None: ...
     def collect(self, links: Sequence[WorkerLink], timeout: float | None = None) -> list[Any]: ...
-    def blame_dead(self, link: WorkerLink) -> None: ...
+    def blame_dead(self, link: WorkerLink) -> Restart | None: ...
     def break_for(self, reason: str) -> NoReturn: ...
 
 
@@ -78,10 +78,9 @@ class Requests:
             try:
                 link.send(blobs[link.index])
             except OSError as exc:
-                try:
-                    pool.blame_dead(link)  # a dead worker's pipe: say which worker died, and how
-                except RestartNeeded as need:  # restarts happen in steps only
-                    pool.break_for(need.death)
+                restart = pool.blame_dead(link)  # a dead worker's pipe: say which worker died, and how
+                if restart is not None:  # restarts happen in steps only
+                    pool.break_for(restart.death)
                 raise exc
 
     def wait(self, timeout: float | None = None) -> dict[int, Any]:

@@ -4,6 +4,10 @@ The new process gets the dead one's link (rows, signals) and runs the start-up h
 again; its Attach says ``restart=True``, so it resets its envs (seed ``None``) and replies
 their reset infos. The step then reports those envs as truncated with reward 0 and a
 ``restarted`` record, while the other workers' results of the step stand.
+
+A wait that finds a worker dead claims a restart for it (:meth:`Restarter.claim`) and
+returns the claim, a :class:`Restart`, to its caller: a step or an async ``recv`` restarts
+the worker; a rare call, which cannot, breaks the pool.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import dataclasses
 import pickle
 import warnings
 from collections.abc import Callable
-from typing import Any, NoReturn, Protocol
+from typing import Any, NamedTuple, NoReturn, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -24,6 +28,13 @@ from shmvec.ipc import layout as lay
 from shmvec.ipc.info_rows import InfoReader
 from shmvec.ipc.pickled import PickledLeaves
 from shmvec.ipc.protocol import Attach, ErrorReport, StepInfo
+
+
+class Restart(NamedTuple):
+    """A restart claimed for ``link``'s worker, which died: what a wait returns instead of its answer."""
+
+    link: WorkerLink
+    death: str  # how it died: the error where it cannot be restarted
 
 
 class RestartHost(Protocol):
@@ -70,14 +81,15 @@ class Restarter:
         self.final_flag = views.get(lay.FINAL_FLAG)  # None: no final observations in the rows
         self.max_restarts = max_restarts
         self.count = 0  # workers re-created so far
-        self.claimed = 0  # deaths found and not restarted yet
+        self.claimed: set[int] = set()  # workers whose death was found and not restarted yet
         self.used_up = f"; no restart left (max_restarts={max_restarts} used up)"
 
-    def claim(self, link: WorkerLink) -> None:
-        """``link``'s worker died: raise :class:`RestartNeeded` while the budget lasts, else return."""
-        if self.count + self.claimed < self.max_restarts:
-            self.claimed += 1
-            raise RestartNeeded(link)
+    def claim(self, link: WorkerLink) -> Restart | None:
+        """``link``'s worker died: claim a restart for it while the budget lasts (once per death), else None."""
+        if link.index not in self.claimed and self.count + len(self.claimed) >= self.max_restarts:
+            return None
+        self.claimed.add(link.index)
+        return Restart(link, link.death())
 
     def restart_in_step(self, link: WorkerLink) -> list[StepInfo]:
         """Restart ``link``'s worker; report its envs' step as a truncation. Returns their records."""
@@ -105,7 +117,7 @@ class Restarter:
             stacklevel=5,  # the adapter's step_wait
         )
         self.count += 1
-        self.claimed = max(0, self.claimed - 1)
+        self.claimed.discard(link.index)
         old.join()  # reaped already (exitcode is set): returns at once
         old.close()
         link.process = None
@@ -152,13 +164,7 @@ class Restarter:
         return reply
 
     def _message_from(self, link: WorkerLink) -> Any:
-        return self.pool.message_from(link, self.rebuild.start_limit)
-
-
-class RestartNeeded(Exception):
-    """Raised inside the pool when a worker died and a restart is left for it (never escapes a step)."""
-
-    def __init__(self, link: WorkerLink):
-        super().__init__(link.index)
-        self.link = link
-        self.death = link.death()
+        message = self.pool.message_from(link, self.rebuild.start_limit)
+        if isinstance(message, Restart):  # the new worker died too: this restart failed
+            self.pool.break_for(message.death)
+        return message
