@@ -69,14 +69,9 @@ class AsyncSchedule(EnvStates):
         restarter: Restarter | None,
     ):
         super().__init__(shards[-1][1])
-        self.pool, self.requests, self.links, self.shards, self.shard_of = pool, requests, links, shards, shard_of
-        self.ready, self.main, self.pickled, self.short_spin, self.restarter = (
-            ready,
-            main,
-            pickled,
-            short_spin,
-            restarter,
-        )
+        self.pool, self.requests, self.restarter = pool, requests, restarter
+        self.links, self.shards, self.shard_of, self.main = links, shards, shard_of, main
+        self.ready, self.pickled, self.short_spin = ready, pickled, short_spin
         self.inbox, self.outbox = views[lay.INBOX], views[lay.OUTBOX]
         self.ready_ns, self.env_status = views[lay.READY_NS], views[lay.ENV_STATUS]
         self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
