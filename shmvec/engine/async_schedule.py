@@ -13,36 +13,69 @@ with shards. Envs of the main shard are stepped at ``send`` and queued at once. 
 from __future__ import annotations
 
 import time
-import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
 from shmvec.engine.env_states import HELD, IN_FLIGHT, QUEUED, EnvStates, check_available, check_held
-from shmvec.engine.failures import main_shard_error, not_answered, remote_error
+from shmvec.engine.failures import main_shard_error, remote_error
 from shmvec.engine.link import LIVENESS_INTERVAL, WorkerLink
-from shmvec.engine.restart import RestartNeeded
-from shmvec.engine.shard import EnvFailed, with_shm_finals
-from shmvec.errors import StepTimeoutError
+from shmvec.engine.omp_spin import ShortSpin
+from shmvec.engine.rare_calls import Requests
+from shmvec.engine.restart import Restart, Restarter
+from shmvec.engine.shard import EnvFailed, Shard, with_shm_finals
 from shmvec.ipc import layout as lay
+from shmvec.ipc.pickled import PickledLeaves
 from shmvec.ipc.protocol import ErrorReport, Reset, StepInfo
-
-if TYPE_CHECKING:
-    from shmvec.engine.pool import ShmPool
+from shmvec.ipc.signals import Signal
 
 __all__ = ["HELD", "IN_FLIGHT", "QUEUED", "AsyncSchedule", "check_available", "check_held"]
 
 
-class AsyncSchedule(EnvStates):
-    """The send/recv state of one pool (the envs' states: :class:`~shmvec.engine.env_states.EnvStates`)."""
+class ScheduleHost(Protocol):
+    """What :class:`AsyncSchedule` needs of its pool (a weak proxy: no reference cycle): its
+    call state and its waits on the workers."""
 
-    def __init__(self, pool: ShmPool):
-        super().__init__(pool.num_envs)
-        self.pool = weakref.proxy(pool)  # no reference cycle: an unclosed pool is still collected at once
-        views = pool.views
+    def check_usable(self) -> None: ...
+    def ensure_can_send(self, resetting: bool = False) -> None: ...
+    def settle(self) -> None: ...
+    def deadline(self, timeout: float | None) -> float | None: ...
+    def message_from(self, link: WorkerLink, timeout: float | None = None, send_reply: bool = False) -> Any: ...
+    def check_alive(self, link: WorkerLink) -> Restart | None: ...
+    def time_out(self, silent: list[int], timeout: float | None) -> NoReturn: ...
+
+
+class AsyncSchedule(EnvStates):
+    """The send/recv state of one pool (the envs' states: :class:`~shmvec.engine.env_states.EnvStates`).
+
+    ``links`` are the workers, by index; ``shards[k]`` the envs of shard k (the main shard's
+    last: ``main``), and ``shard_of(i)`` the shard of env ``i``. ``ready`` is posted by every
+    worker per finished env; ``restarter`` is None unless workers are restarted.
+    """
+
+    def __init__(
+        self,
+        pool: ScheduleHost,
+        requests: Requests,
+        links: list[WorkerLink],
+        shards: list[tuple[int, int]],
+        shard_of: Callable[[int], int],
+        views: dict[str, np.ndarray],
+        ready: Signal,
+        main: Shard | None,
+        pickled: PickledLeaves,
+        short_spin: ShortSpin | None,
+        restarter: Restarter | None,
+    ):
+        super().__init__(shards[-1][1])
+        self.pool, self.requests, self.restarter = pool, requests, restarter
+        self.links, self.shards, self.shard_of, self.main = links, shards, shard_of, main
+        self.ready, self.pickled, self.short_spin = ready, pickled, short_spin
         self.inbox, self.outbox = views[lay.INBOX], views[lay.OUTBOX]
         self.ready_ns, self.env_status = views[lay.READY_NS], views[lay.ENV_STATUS]
+        self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
+        self.final_obs, self.final_flag = views.get(lay.FINAL_OBS), views.get(lay.FINAL_FLAG)
         self._resetting: list[int] = []  # envs of an async reset not collected yet
 
     def queue_all(self, env_ids: list[int]) -> None:
@@ -54,8 +87,7 @@ class AsyncSchedule(EnvStates):
         double buffering). Queued shard by shard, the first batch would be worker 0's
         envs only, and a worker would wait for the caller exactly as in a synchronous step.
         """
-        pool = self.pool
-        position = {i: (i - pool.shards[pool.shard_of(i)][0], pool.shard_of(i)) for i in env_ids}
+        position = {i: (i - self.shards[self.shard_of(i)][0], self.shard_of(i)) for i in env_ids}
         self._queue(sorted(env_ids, key=position.__getitem__))
 
     # -- reset -----------------------------------------------------------------------
@@ -68,14 +100,14 @@ class AsyncSchedule(EnvStates):
         ids = np.array(sorted(kwargs), dtype=np.int64)
         self.check_can_send(ids)
         self._finish_reset()  # one async reset at a time
-        self.pool.requests.send(Reset(kwargs), beside_sends=True)
+        self.requests.send(Reset(kwargs), beside_sends=True)
         self.state[ids] = IN_FLIGHT
         self._resetting = ids.tolist()
 
     def _finish_reset(self, timeout: float | None = None) -> None:
         if self._resetting:
             ids, self._resetting = self._resetting, []
-            infos = self.pool.requests.wait(timeout)
+            infos = self.requests.wait(timeout)
             self.records.update((i, StepInfo(i, infos[i])) for i in ids)
             self.queue_all(ids)
 
@@ -83,25 +115,24 @@ class AsyncSchedule(EnvStates):
 
     def send(self, env_ids: np.ndarray) -> None:
         """Step ``env_ids`` (their actions are in the action rows); :meth:`recv` returns them."""
-        pool = self.pool
-        pool.ensure_can_send(resetting=bool(self._resetting))
+        self.pool.ensure_can_send(resetting=bool(self._resetting))
         self.check_can_send(env_ids)
         self._finish_reset()
-        pool.settle()
+        self.pool.settle()
         self.state[env_ids] = IN_FLIGHT
         by_worker: dict[int, list[int]] = {}
         for i in self._unsent_restarted(env_ids.tolist()):  # those whose worker was re-created are reported now
-            by_worker.setdefault(pool.shard_of(i), []).append(i)
-        main_ids = by_worker.pop(pool.n_workers, [])
-        if pool.short_spin is not None:
-            pool.short_spin.step()
+            by_worker.setdefault(self.shard_of(i), []).append(i)
+        main_ids = by_worker.pop(len(self.links), [])
+        if self.short_spin is not None:
+            self.short_spin.step()
         for k, ids in by_worker.items():
-            pool.links[k].put(ids, self.inbox)
+            self.links[k].put(ids, self.inbox)
         if main_ids:
             self._step_main(main_ids)
 
     def _step_main(self, ids: list[int]) -> None:
-        main = self.pool.main
+        main = self.main
         for i in ids:
             try:
                 record = main.step_env(i - main.start, main.read_action(i))
@@ -119,12 +150,11 @@ class AsyncSchedule(EnvStates):
 
     def recv(self, batch_size: int, timeout: float | None = None) -> tuple[np.ndarray, dict[int, StepInfo]]:
         """The first ``batch_size`` envs to finish, and the records of those that sent one."""
-        pool = self.pool
-        pool.check_usable()
+        self.pool.check_usable()
         self._finish_reset(timeout)
         check_available(self.state, batch_size)
-        deadline = pool.deadline(timeout)
-        ready = pool._res.ready
+        deadline = self.pool.deadline(timeout)
+        ready = self.ready
         self._check_alive(None, None)  # else a dead worker's envs could vanish while others keep the batches full
         while True:
             ready.drain()  # the posts of what this scan takes; later ones wake the wait below
@@ -136,10 +166,10 @@ class AsyncSchedule(EnvStates):
         ids = self._dequeue(batch_size)
         env_ids = np.array(ids, dtype=np.int64)
         records = [self.records.pop(i) for i in ids if i in self.records]
-        if pool._final_flag is not None:
-            ended = env_ids[pool._final_flag[env_ids] & (pool.terminated[env_ids] | pool.truncated[env_ids])]
-            records = with_shm_finals(records, pool._final_obs, np.sort(ended))
-        return env_ids, {record.env_index: record for record in pool.pickled.keep_obs(records)}
+        if self.final_flag is not None:
+            ended = env_ids[self.final_flag[env_ids] & (self.terminated[env_ids] | self.truncated[env_ids])]
+            records = with_shm_finals(records, self.final_obs, np.sort(ended))
+        return env_ids, {record.env_index: record for record in self.pickled.keep_obs(records)}
 
     def _scan(self) -> None:
         """Queue what the outboxes published since the last scan, oldest first; raise an env's error.
@@ -149,13 +179,18 @@ class AsyncSchedule(EnvStates):
         """
         finished: list[tuple[int, int]] = []
         error = None
-        for link in self.pool.links:
+        for link in self.links:
             size = link.stop - link.start
             for _ in range(link.finished.drain()):
                 i = int(self.outbox[link.start + link.taken % size])
                 link.taken += 1
                 if self.env_status[i] != 0:  # its record or error follows on the pipe
-                    message = self.pool.message_from(link, send_reply=True).payload
+                    reply = self.pool.message_from(link, send_reply=True)
+                    if isinstance(reply, Restart):
+                        # It died before sending it (so this env was its last): the env stays in
+                        # flight, and the restart that _check_alive makes of the claim reports it.
+                        break
+                    message = reply.payload
                     if isinstance(message, ErrorReport):
                         self.state[i] = HELD  # no result: the caller may send to it again
                         error = error or message
@@ -171,25 +206,22 @@ class AsyncSchedule(EnvStates):
 
     def _check_alive(self, deadline: float | None, timeout: float | None) -> None:
         """While waiting: a dead worker with envs in flight raises or restarts; then the deadline."""
-        pool = self.pool
-        for link in pool.links:
+        for link in self.links:
             if link.death() is None:
                 continue
-            try:
-                pool.check_alive(link)
-            except RestartNeeded:
-                self._restart(link)
+            restart = self.pool.check_alive(link)
+            if restart is not None:
+                self._restart(restart.link)
         if deadline is not None and time.monotonic() > deadline:
-            silent = np.flatnonzero(self.state == IN_FLIGHT).tolist()
-            pool._res.graceful = False  # they are stuck: closing will terminate them
-            limit = pool.timeout if timeout is None else timeout
-            pool._break(not_answered(silent, f"timeout={limit}s"), StepTimeoutError)
+            self.pool.time_out(np.flatnonzero(self.state == IN_FLIGHT).tolist(), timeout)
 
     def _restart(self, link: WorkerLink) -> None:
         """Re-create ``link``'s worker: its in-flight and queued envs report a truncation now,
         held ones at their next send."""
         self._scan()  # what it finished before dying stands
-        reset_infos = self.pool.restarter.restart(link)
+        reset_infos = self.restarter.restart(link)  # none in NEXT_STEP: see Restarter
         lost = self._lose(range(link.start, link.stop))
-        # The reset info goes with the observation only when that obs starts the next episode (SAME_STEP).
-        self._queue_restarted(lost, reset_infos if self.pool.autoreset_mode == AutoresetMode.SAME_STEP else {})
+        self._queue_restarted(lost, reset_infos)
+
+    def _result_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        return self.rewards, self.terminated, self.truncated, self.final_flag

@@ -26,8 +26,8 @@ _count_nonzero = np.count_nonzero
 class EnvStates:
     """The held / in-flight / queued state of a pool's envs, the FIFO of queued ones and their records.
 
-    ``pool`` (set by the subclass) has the result rows a restart writes: ``rewards``,
-    ``terminated``, ``truncated`` and ``_final_flag`` (None when there are no final observations).
+    A restart writes the result rows of :meth:`_result_rows`: by default those of ``pool``
+    (set by the subclass).
     """
 
     pool: Any
@@ -83,14 +83,19 @@ class EnvStates:
         self.restarted.update(i for i in envs if self.state[i] == HELD)
         return lost
 
+    def _result_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """The rows a restart writes: rewards, terminated, truncated and final_flag (None: no final observations)."""
+        pool = self.pool
+        return pool.rewards, pool.terminated, pool.truncated, pool.final_flag
+
     def _queue_restarted(self, ids: list[int], infos: dict[int, Any]) -> None:
         """Queue ``ids`` as truncated by a restart (reward 0, no final observation), with their reset ``infos``."""
-        pool = self.pool
+        rewards, terminated, truncated, final_flag = self._result_rows()
         for i in ids:
             self.restarted.discard(i)
-            pool.rewards[i], pool.terminated[i], pool.truncated[i] = 0.0, False, True
-            if pool._final_flag is not None:
-                pool._final_flag[i] = False
+            rewards[i], terminated[i], truncated[i] = 0.0, False, True
+            if final_flag is not None:
+                final_flag[i] = False
             self.records[i] = StepInfo(i, infos.get(i, {}), restarted=True)
         self._queue(ids)
 

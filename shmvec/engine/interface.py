@@ -101,7 +101,12 @@ class EngineBase(ObsBuffers, Breakable):
 
     requests: Any  # start/collect one rare call: send(request, beside_sends), wait(timeout)
     pickled: Any  # PickledLeaves: obs, action_paths
-    _final_flag: np.ndarray | None = None  # per env, whether its final observation is in the rows (local, SAME_STEP)
+    _final_flag: np.ndarray | None = None
+
+    @property
+    def final_flag(self) -> np.ndarray | None:
+        """Per env, whether its final observation is in the rows (local pool, SAME_STEP); else None."""
+        return self._final_flag
 
     @property
     def pickled_obs(self) -> dict[Path, list[Any]]:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import functools
 import operator
 import pickle
 import time
@@ -71,7 +72,7 @@ from shmvec.engine.omp_spin import ShortSpin, short_spin_for_pool
 from shmvec.engine.plan import describe_plan, plan_pool
 from shmvec.engine.rare_calls import Requests
 from shmvec.engine.resources import PoolResources, finalize_unclosed
-from shmvec.engine.restart import Restarter
+from shmvec.engine.restart import Rebuild, Restarter
 from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
 from shmvec.engine.validation import check_env_fns, check_not_bootstrapping, check_same_spaces
 from shmvec.engine.worker_waits import WorkerWaits
@@ -145,8 +146,7 @@ class ShmPool(WorkerWaits, EngineBase):
         self.short_spin: ShortSpin | None = None
         self._res = PoolResources()
         self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
-        self.obs_space_match = obs_space_match  # restarted workers' envs must match too
-        self.restarter = Restarter(self, env_fns, env_wrapper) if options.on_worker_failure == "restart" else None
+        self.restarter: Restarter | None = None  # restart mode, once started: a death during start-up raises
         try:
             self._start(env_fns, env_wrapper, obs_space_match, obs_buffers)
         except BaseException:
@@ -206,10 +206,40 @@ class ShmPool(WorkerWaits, EngineBase):
             self.main = Shard(
                 res.main_envs, self.shards[-1][0], views, self.layout, self.autoreset_mode, self.single_action_space
             )
-        self.requests = Requests(self)
-        self.batches = AsyncSchedule(self)
         res.short_spin, self.omp_spin = short_spin_for_pool(opts.omp_spin, self.n_workers)
         self.short_spin = res.short_spin  # told of every step (and async send): see omp_spin.ShortSpin
+        self._start_collaborators(env_fns, env_wrapper, obs_space_match)
+
+    def _start_collaborators(self, env_fns, env_wrapper, obs_space_match) -> None:
+        """The restarter (restart mode), the rare calls and the async schedule, each handed what it uses."""
+        me = weakref.proxy(self)  # no reference cycle: an unclosed pool is still collected at once
+        opts, views = self.options, self.views
+        if opts.on_worker_failure == "restart":
+            rebuild = Rebuild(
+                spawn_args=(env_fns, env_wrapper, self.plan.worker_spin, opts.worker_threads),
+                start_method=opts.start_method,
+                start_limit=self.start_limit,
+                spaces=(self.single_observation_space, self.single_action_space),
+                obs_space_match=obs_space_match,
+                attach=self.attach_message(restart=True),
+            )
+            same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+            self.restarter = Restarter(me, rebuild, views, self.info_reader, self.pickled, same_step, opts.max_restarts)
+        shard_of = functools.partial(_shard_of, self._shard_starts)
+        self.requests = Requests(me, self.links, shard_of, self.num_envs, self.main, self.pickled)
+        self.batches = AsyncSchedule(
+            me,
+            self.requests,
+            links=self.links,
+            shards=self.shards,
+            shard_of=shard_of,
+            views=views,
+            ready=self._res.ready,
+            main=self.main,
+            pickled=self.pickled,
+            short_spin=self.short_spin,
+            restarter=self.restarter,
+        )
 
     def attach_message(self, restart: bool = False) -> Attach:
         return Attach(self._res.arena.name, self.layout, self.autoreset_mode, self._res.ready.name, restart)
@@ -298,7 +328,7 @@ class ShmPool(WorkerWaits, EngineBase):
 
     def shard_of(self, i: int) -> int:
         """The shard (worker index; ``n_workers`` for the main shard) that runs env ``i``."""
-        return bisect.bisect_right(self._shard_starts, i) - 1
+        return _shard_of(self._shard_starts, i)
 
     # -- the end -------------------------------------------------------------------
 
@@ -322,6 +352,11 @@ class ShmPool(WorkerWaits, EngineBase):
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+
+def _shard_of(starts: list[int], i: int) -> int:
+    """The shard of env ``i``, given where each shard starts."""
+    return bisect.bisect_right(starts, i) - 1
 
 
 def _copied(record: StepInfo) -> StepInfo:

@@ -7,26 +7,51 @@ the main shard's part runs in :meth:`Requests.wait`, while the workers run their
 
 from __future__ import annotations
 
-import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, Protocol
 
 import cloudpickle
 
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.link import WorkerLink
-from shmvec.engine.restart import RestartNeeded
-from shmvec.engine.shard import EnvFailed
+from shmvec.engine.restart import Restart
+from shmvec.engine.shard import EnvFailed, Shard
+from shmvec.ipc.pickled import PickledLeaves
 from shmvec.ipc.protocol import Reset, RunOps
 
-if TYPE_CHECKING:
-    from shmvec.engine.pool import ShmPool
+
+class RequestsHost(Protocol):
+    """What :class:`Requests` needs of its pool (a weak proxy: no reference cycle): its one
+    pending call, and its waits on the workers."""
+
+    pending: str | None
+
+    def ensure_can_step(self, beside_sends: bool = False) -> None: ...
+    def take_pending(self, kind: str) -> None: ...
+    def settle(self) -> None: ...
+    def collect(self, links: Sequence[WorkerLink], timeout: float | None = None) -> list[Any]: ...
+    def blame_dead(self, link: WorkerLink) -> Restart | None: ...
+    def break_for(self, reason: str) -> NoReturn: ...
 
 
 class Requests:
-    """The one rare call a pool may have pending."""
+    """The one rare call a pool may have pending.
 
-    def __init__(self, pool: ShmPool):
-        self.pool = weakref.proxy(pool)  # no reference cycle: an unclosed pool is still collected at once
+    ``links``: the workers, by index; the envs past theirs are the main shard's (``main``).
+    ``shard_of(i)``: the index of the shard that runs env ``i`` (``len(links)``: the main shard).
+    """
+
+    def __init__(
+        self,
+        pool: RequestsHost,
+        links: list[WorkerLink],
+        shard_of: Callable[[int], int],
+        num_envs: int,
+        main: Shard | None,
+        pickled: PickledLeaves,
+    ):
+        self.pool, self.links, self.shard_of, self.num_envs = pool, links, shard_of, num_envs
+        self.main, self.pickled = main, pickled
         self._links: list[WorkerLink] = []  # the workers the pending request went to
         self._main_part: Reset | RunOps | None = None
 
@@ -43,20 +68,19 @@ class Requests:
         pool.ensure_can_step(beside_sends)
         by_env = request.kwargs if isinstance(request, Reset) else request.ops
         parts = {k: type(request)(part) for k, part in self._split(by_env).items()}
-        self._main_part = parts.pop(pool.n_workers, None)
+        self._main_part = parts.pop(len(self.links), None)
         # Pickled before any worker is woken: an unpicklable argument leaves no worker waiting.
         blobs = {k: cloudpickle.dumps(part) for k, part in parts.items()}
         pool.settle()
-        self._links = [pool.links[k] for k in blobs]
+        self._links = [self.links[k] for k in blobs]
         pool.pending = "request"
         for link in self._links:
             try:
                 link.send(blobs[link.index])
             except OSError as exc:
-                try:
-                    pool.blame_dead(link)  # a dead worker's pipe: say which worker died, and how
-                except RestartNeeded as need:  # restarts happen in steps only
-                    pool.break_for(need.death)
+                restart = pool.blame_dead(link)  # a dead worker's pipe: say which worker died, and how
+                if restart is not None:  # restarts happen in steps only
+                    pool.break_for(restart.death)
                 raise exc
 
     def wait(self, timeout: float | None = None) -> dict[int, Any]:
@@ -65,26 +89,25 @@ class Requests:
         Raises:
             NoPendingCallError: no request is pending.
         """
-        pool = self.pool
-        pool.take_pending("request")
+        self.pool.take_pending("request")
         merged: dict[int, Any] = {}
         main_failure = None
         if self._main_part is not None:
             try:
-                merged.update(pool.main.handle(self._main_part))
+                merged.update(self.main.handle(self._main_part))
             except EnvFailed as failure:
                 main_failure = failure
             self._main_part = None
-        for reply in pool.collect(self._links, timeout):
+        for reply in self.pool.collect(self._links, timeout):
             merged.update(reply)
         if main_failure is not None:
             raise main_shard_error(main_failure)
-        return pool.pickled.keep_reset_obs(merged)
+        return self.pickled.keep_reset_obs(merged)
 
     def _split(self, by_env: dict[int, Any]) -> dict[int, dict[int, Any]]:
         parts: dict[int, dict[int, Any]] = {}
         for i, value in by_env.items():
-            if not 0 <= i < self.pool.num_envs:
-                raise IndexError(f"env index {i} out of range for {self.pool.num_envs} envs")
-            parts.setdefault(self.pool.shard_of(i), {})[i] = value
+            if not 0 <= i < self.num_envs:
+                raise IndexError(f"env index {i} out of range for {self.num_envs} envs")
+            parts.setdefault(self.shard_of(i), {})[i] = value
         return parts

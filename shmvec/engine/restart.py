@@ -4,62 +4,108 @@ The new process gets the dead one's link (rows, signals) and runs the start-up h
 again; its Attach says ``restart=True``, so it resets its envs (seed ``None``) and replies
 their reset infos. The step then reports those envs as truncated with reward 0 and a
 ``restarted`` record, while the other workers' results of the step stand.
+
+A wait that finds a worker dead claims a restart for it (:meth:`Restarter.claim`) and
+returns the claim, a :class:`Restart`, to its caller: a step or an async ``recv`` restarts
+the worker; a rare call, which cannot, breaks the pool.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import warnings
-import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, NamedTuple, NoReturn, Protocol
 
-from gymnasium.vector import AutoresetMode
+import gymnasium as gym
+import numpy as np
 
 from shmvec.engine.failures import describe_exit, remote_error
 from shmvec.engine.link import IDLE, WorkerLink, mp_context
 from shmvec.errors import SpaceMismatchError
 from shmvec.ipc import layout as lay
-from shmvec.ipc.protocol import ErrorReport, StepInfo
+from shmvec.ipc.info_rows import InfoReader
+from shmvec.ipc.pickled import PickledLeaves
+from shmvec.ipc.protocol import Attach, ErrorReport, StepInfo
 
-if TYPE_CHECKING:
-    from shmvec.engine.pool import ShmPool
+
+class Restart(NamedTuple):
+    """A restart claimed for ``link``'s worker, which died: what a wait returns instead of its answer."""
+
+    link: WorkerLink
+    death: str  # how it died: the error where it cannot be restarted
+
+
+class RestartHost(Protocol):
+    """What a :class:`Restarter` needs of its pool (a weak proxy: no reference cycle)."""
+
+    obs_buffer: int  # the observation buffer the step in progress writes
+
+    def message_from(self, link: WorkerLink, timeout: float | None = None) -> Any: ...
+    def break_for(self, reason: str, error: BaseException | type[BaseException] = ...) -> NoReturn: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Rebuild:
+    """What re-creating a worker repeats of the pool's start-up handshake."""
+
+    spawn_args: tuple  # WorkerLink.spawn's, after the context: env_fns, env_wrapper, max_spin, worker_threads
+    start_method: str
+    start_limit: float | None  # how long building its envs may take
+    spaces: tuple[gym.Space, gym.Space]  # the pool's observation and action spaces, which its envs must match
+    obs_space_match: Callable[[gym.Space, gym.Space], bool]
+    attach: Attach  # with restart=True: the new worker resets its envs and replies their infos
 
 
 class Restarter:
-    """Restarts the pool's dead workers within ``max_restarts``."""
+    """Restarts the pool's dead workers within ``max_restarts``.
 
-    def __init__(self, pool: ShmPool, env_fns: list, env_wrapper: Any):
-        self.pool = weakref.proxy(pool)  # no reference cycle: an unclosed pool is still collected at once
-        self.max_restarts = pool.options.max_restarts
+    ``same_step``: the autoreset mode is SAME_STEP, where a restarted env's reset info goes
+    with its record (in NEXT_STEP the next step resets again and brings its own).
+    """
+
+    def __init__(
+        self,
+        pool: RestartHost,
+        rebuild: Rebuild,
+        views: dict[str, np.ndarray],
+        info_reader: InfoReader,
+        pickled: PickledLeaves,
+        same_step: bool,
+        max_restarts: int,
+    ):
+        self.pool = pool
+        self.rebuild, self.info_reader, self.pickled, self.same_step = rebuild, info_reader, pickled, same_step
+        self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
+        self.final_flag = views.get(lay.FINAL_FLAG)  # None: no final observations in the rows
+        self.max_restarts = max_restarts
         self.count = 0  # workers re-created so far
-        self.claimed = 0  # deaths found and not restarted yet
-        self._spawn_args = (env_fns, env_wrapper)
+        self.claimed: set[int] = set()  # workers whose death was found and not restarted yet
+        self.used_up = f"; no restart left (max_restarts={max_restarts} used up)"
 
-    def claim(self, link: WorkerLink) -> str:
-        """``link``'s worker died: raise :class:`RestartNeeded` while the budget lasts, else say why not."""
-        if self.count + self.claimed < self.max_restarts:
-            self.claimed += 1
-            raise RestartNeeded(link)
-        return f"; no restart left (max_restarts={self.max_restarts} used up)"
+    def claim(self, link: WorkerLink) -> Restart | None:
+        """``link``'s worker died: claim a restart for it while the budget lasts (once per death), else None."""
+        if link.index not in self.claimed and self.count + len(self.claimed) >= self.max_restarts:
+            return None
+        self.claimed.add(link.index)
+        return Restart(link, link.death())
 
     def restart_in_step(self, link: WorkerLink) -> list[StepInfo]:
         """Restart ``link``'s worker; report its envs' step as a truncation. Returns their records."""
-        pool = self.pool
         reset_infos = self.restart(link)
         start, stop = link.start, link.stop
-        pool.rewards[start:stop] = 0.0
-        pool.terminated[start:stop] = False
-        pool.truncated[start:stop] = True
-        if pool._final_flag is not None:  # no final obs: it died with the worker
-            pool._final_flag[start:stop] = False
-        # The reset info belongs with the observation only when that obs starts the next
-        # episode (SAME_STEP); in NEXT_STEP the next step resets again and brings its own.
-        same_step = pool.autoreset_mode == AutoresetMode.SAME_STEP
-        return [StepInfo(i, reset_infos[i] if same_step else {}, restarted=True) for i in range(start, stop)]
+        self.rewards[start:stop] = 0.0
+        self.terminated[start:stop] = False
+        self.truncated[start:stop] = True
+        if self.final_flag is not None:  # no final obs: it died with the worker
+            self.final_flag[start:stop] = False
+        return [StepInfo(i, reset_infos.get(i, {}), restarted=True) for i in range(start, stop)]
 
     def restart(self, link: WorkerLink) -> dict[int, dict[str, Any]]:
-        """Replace dead ``link``'s process by a new one on the same rows and signals; return its reset infos."""
-        pool = self.pool
+        """Replace dead ``link``'s process by a new one on the same rows and signals.
+
+        Returns the reset infos its envs report (none in NEXT_STEP: see the class docstring)."""
         old = link.process
         # Warn first: should warnings be errors, the pool stays as it was and the death
         # is found again at the next step.
@@ -70,48 +116,55 @@ class Restarter:
             stacklevel=5,  # the adapter's step_wait
         )
         self.count += 1
-        self.claimed = max(0, self.claimed - 1)
+        self.claimed.discard(link.index)
         old.join()  # reaped already (exitcode is set): returns at once
         old.close()
         link.process = None
         link.conn.close()
-        # Posts the dead worker never took (our commands) or that we never took (its done,
-        # any finished send left), and the counts that went with them: the new one starts at 0.
+        self._forget_old(link)
+        self.info_reader.forget(link.index, link.start, link.stop)  # the new one learns its info schemas anew
+        link.ctrl[lay.CTRL_OBS_BUFFER] = self.pool.obs_buffer  # its reset observations belong to the step in progress
+        try:
+            reply = self._handshake(link)
+        except BaseException as exc:
+            self.pool.break_for(f"restarting worker {link.index} ({link.envs}) failed", exc)
+        link.owes = IDLE
+        reset_infos = self.pickled.keep_reset_obs(reply)
+        return reset_infos if self.same_step else {}
+
+    @staticmethod
+    def _forget_old(link: WorkerLink) -> None:
+        """Posts the dead worker never took (our commands) or that we never took (its done,
+        any finished send left), and the counts that went with them: the new one starts at 0."""
         link.cmd.drain()
         link.done.drain()
         link.finished.drain()
         link.seq = link.sent = link.taken = 0
         link.send_replies.clear()
         link.ctrl[:] = 0
-        pool.info_reader.forget(link.index, link.start, link.stop)  # the new one learns its info schemas anew
-        link.ctrl[lay.CTRL_OBS_BUFFER] = pool.obs_buffer  # its reset observations belong to the step in progress
-        opts = pool.options
-        try:
-            link.spawn(mp_context(opts.start_method), *self._spawn_args, pool.plan.worker_spin, opts.worker_threads)
-            hello = pool.message_from(link, pool.start_limit)
-            if isinstance(hello, ErrorReport):  # an env_fn raised
-                raise remote_error(hello)
-            expected = (pool.single_observation_space, pool.single_action_space)
-            for i, (obs_space, action_space) in enumerate(hello.spaces, link.start):
-                if not pool.obs_space_match(expected[0], obs_space) or action_space != expected[1]:
-                    raise SpaceMismatchError(
-                        f"env {i}, rebuilt after its worker died, has spaces {(obs_space, action_space)}; "
-                        f"the pool's are {expected}"
-                    )
-            link.conn.send_bytes(pickle.dumps(pool.attach_message(restart=True)))
-            reply = pool.message_from(link, pool.start_limit)
-            if isinstance(reply, ErrorReport):  # an env's reset raised
-                raise remote_error(reply)
-        except BaseException as exc:
-            pool._break(f"restarting worker {link.index} ({link.envs}) failed", exc)
-        link.owes = IDLE
-        return pool.pickled.keep_reset_obs(reply)
 
+    def _handshake(self, link: WorkerLink) -> dict[int, Any]:
+        """Start the new worker and attach it; return its reply to the Attach (its envs' reset results)."""
+        rebuild = self.rebuild
+        link.spawn(mp_context(rebuild.start_method), *rebuild.spawn_args)
+        hello = self._message_from(link)
+        if isinstance(hello, ErrorReport):  # an env_fn raised
+            raise remote_error(hello)
+        expected = rebuild.spaces
+        for i, (obs_space, action_space) in enumerate(hello.spaces, link.start):
+            if not rebuild.obs_space_match(expected[0], obs_space) or action_space != expected[1]:
+                raise SpaceMismatchError(
+                    f"env {i}, rebuilt after its worker died, has spaces {(obs_space, action_space)}; "
+                    f"the pool's are {expected}"
+                )
+        link.conn.send_bytes(pickle.dumps(rebuild.attach))
+        reply = self._message_from(link)
+        if isinstance(reply, ErrorReport):  # an env's reset raised
+            raise remote_error(reply)
+        return reply
 
-class RestartNeeded(Exception):
-    """Raised inside the pool when a worker died and a restart is left for it (never escapes a step)."""
-
-    def __init__(self, link: WorkerLink):
-        super().__init__(link.index)
-        self.link = link
-        self.death = link.death()
+    def _message_from(self, link: WorkerLink) -> Any:
+        message = self.pool.message_from(link, self.rebuild.start_limit)
+        if isinstance(message, Restart):  # the new worker died too: this restart failed
+            self.pool.break_for(message.death)
+        return message

@@ -1,5 +1,8 @@
 """Waiting on a local pool's workers: their replies, their liveness, the deadline, and what a death
-or a silence raises (:class:`WorkerWaits`, a part of :class:`~shmvec.engine.pool.ShmPool`)."""
+or a silence raises (:class:`WorkerWaits`, a part of :class:`~shmvec.engine.pool.ShmPool`).
+
+In restart mode a worker found dead is not raised: the wait claims a restart for it and
+returns the claim (a :class:`~shmvec.engine.restart.Restart`), which its caller acts on."""
 
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ from typing import Any, NoReturn
 from shmvec.engine.breakable import Breakable
 from shmvec.engine.failures import not_answered, ranges, remote_error, unguarded_main_error
 from shmvec.engine.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink
-from shmvec.engine.restart import RestartNeeded
-from shmvec.errors import ShmVecError, StepTimeoutError
+from shmvec.engine.restart import Restart
+from shmvec.errors import ShmVecError, StepTimeoutError, WorkerDiedError
 from shmvec.ipc.protocol import ErrorReport
 
 
@@ -21,7 +24,7 @@ class WorkerWaits(Breakable):
 
     links: list[WorkerLink]
     timeout: float | None  # the default limit of a wait, in seconds
-    restarter: Any  # a Restarter in restart mode, else None
+    restarter: Any  # a Restarter in restart mode once the pool has started, else None
     options: Any  # PoolOptions
     _res: Any  # PoolResources: ``arena`` (None while starting), ``graceful``
 
@@ -36,16 +39,21 @@ class WorkerWaits(Breakable):
         deadline = self.deadline(timeout)
         replies, error = [], None
         for link in links:
-            try:
-                if link.owes == AWAIT_DONE:
-                    while not link.wait(LIVENESS_INTERVAL):
-                        self.check_alive(link, deadline, timeout)
-                message = [] if link.owes == IDLE else self.message_from(link, timeout)
-            except RestartNeeded as need:
-                if dead is None:  # restarts happen in steps only
-                    self.break_for(need.death)
-                dead.append(link)
+            restart = None
+            if link.owes == AWAIT_DONE:
+                while not link.wait(LIVENESS_INTERVAL):
+                    restart = self.check_alive(link, deadline, timeout)
+                    if restart is not None:
+                        break
+            if link.owes == IDLE:
                 message = []
+            else:
+                message = self.message_from(link, timeout) if restart is None else restart
+                if isinstance(message, Restart):
+                    if dead is None:  # restarts happen in steps only
+                        self.break_for(message.death)
+                    dead.append(link)
+                    message = []
             if isinstance(message, ErrorReport):
                 error = error or message
                 message = []
@@ -59,50 +67,65 @@ class WorkerWaits(Breakable):
         return None if timeout is None else time.monotonic() + timeout
 
     def message_from(self, link: WorkerLink, timeout: float | None = None, send_reply: bool = False) -> Any:
-        """One message from ``link`` (``send_reply``: an async send's), watching every worker's liveness."""
+        """One message from ``link`` (``send_reply``: an async send's), watching every worker's liveness;
+        a :class:`~shmvec.engine.restart.Restart` instead if ``link`` died and a restart is claimed for it."""
         timeout = self.timeout if timeout is None else timeout
         deadline = self.deadline(timeout)
         while True:
             try:
                 message = link.recv(LIVENESS_INTERVAL, send_reply)
             except (EOFError, OSError) as exc:
-                self.blame_dead(link)
+                restart = self.blame_dead(link)
+                if restart is not None:
+                    return restart
                 raise exc
             if message is not NOTHING:
                 break
-            self.check_alive(link, deadline, timeout)
+            restart = self.check_alive(link, deadline, timeout)
+            if restart is not None:
+                return restart
         if isinstance(message, ErrorReport) and not self._res.arena:
             raise remote_error(message)  # start-up failure
         return message
 
-    def check_alive(self, link: WorkerLink, deadline: float | None = None, timeout: float | None = None) -> None:
-        """Raise if a worker died (any, or only ``link`` in restart mode) or the deadline passed."""
+    def check_alive(
+        self, link: WorkerLink, deadline: float | None = None, timeout: float | None = None
+    ) -> Restart | None:
+        """Raise if a worker died (any, or only ``link`` in restart mode) or the deadline passed;
+        in restart mode, return the restart claimed for ``link`` if it died."""
         for other in (link,) if self.restarter else self.links:
             if other.death() is not None:
-                self._on_death(other)
+                return self._on_death(other)
         if deadline is not None and time.monotonic() > deadline:
-            self._time_out(link, self.timeout if timeout is None else timeout)
+            self._time_out_on(link, self.timeout if timeout is None else timeout)
+        return None
 
-    def _on_death(self, link: WorkerLink) -> NoReturn:
-        """Raise what ``link``'s death means: its last error, the unguarded main script,
-        :class:`~shmvec.engine.restart.RestartNeeded` (restart mode), or WorkerDiedError."""
+    def _on_death(self, link: WorkerLink) -> Restart:
+        """What ``link``'s death means: raise its last error, the unguarded main script or
+        WorkerDiedError, or, in restart mode while the budget lasts, return a claimed restart."""
         report = link.last_words()
         if report is not None:
             raise remote_error(report)
         unguarded = unguarded_main_error(link.process.exitcode, self.options.start_method)
         if unguarded is not None:
             self._break(str(unguarded), unguarded)
-        no_restart = self.restarter.claim(link) if self.restarter else ""
-        self._break(link.death() + no_restart)
+        if self.restarter is None:
+            self._break(link.death())
+        restart = self.restarter.claim(link)
+        if restart is None:
+            self._break(link.death() + self.restarter.used_up)
+        return restart
 
-    def break_for(self, death: str) -> NoReturn:
-        """A worker died where it cannot be restarted (a rare call): raise WorkerDiedError."""
-        self._break(death)
+    def break_for(self, reason: str, error: BaseException | type[BaseException] = WorkerDiedError) -> NoReturn:
+        """Make the pool unusable for ``reason`` and raise ``error`` (by default, a worker died
+        where it cannot be restarted: WorkerDiedError)."""
+        self._break(reason, error)
 
-    def blame_dead(self, link: WorkerLink) -> None:
-        """The link's pipe broke: it is exiting. Raise what killed it once the exit is visible."""
+    def blame_dead(self, link: WorkerLink) -> Restart | None:
+        """The link's pipe broke: it is exiting. Raise what killed it once the exit is visible
+        (in restart mode, return the restart claimed for it)."""
         link.process.join(3.0)
-        self.check_alive(link)
+        return self.check_alive(link)
 
     def settle(self) -> None:
         """Absorb answers to commands whose wait was interrupted (e.g. by KeyboardInterrupt)."""
@@ -117,11 +140,18 @@ class WorkerWaits(Breakable):
             except Exception:
                 pass  # an env error of a step nobody waited for
 
-    def _time_out(self, link: WorkerLink, limit: float | None) -> NoReturn:
+    def time_out(self, silent: list[int], timeout: float | None) -> NoReturn:
+        """Envs ``silent`` did not answer within ``timeout`` (None: the pool's): they are stuck, and so is the pool."""
+        self._res.graceful = False  # they are stuck: closing will terminate them
+        limit = self.timeout if timeout is None else timeout
+        self._break(not_answered(silent, f"timeout={limit}s"), StepTimeoutError)
+
+    def _time_out_on(self, link: WorkerLink, limit: float | None) -> NoReturn:
+        """The deadline of a wait on ``link`` passed: it and the workers that owe an answer are silent."""
         silent = [
             i for other in self.links if other is link or not other.answered() for i in range(other.start, other.stop)
         ]
-        self._res.graceful = False  # they are stuck: closing will terminate them
         if self._res.arena is None:  # still starting
+            self._res.graceful = False
             self._break(f"envs {ranges(silent)} were not built within {limit}s (an env_fn hangs?)", StepTimeoutError)
-        self._break(not_answered(silent, f"timeout={limit}s"), StepTimeoutError)
+        self.time_out(silent, limit)

@@ -8,6 +8,7 @@ make Python's resource tracker complain. ``no_leaks`` (conftest) double-checks e
 from __future__ import annotations
 
 import gc
+import weakref
 
 import psutil
 import pytest
@@ -52,6 +53,25 @@ def test_gc_of_unclosed_pool_warns_and_releases():
     with pytest.warns(ResourceWarning, match="not closed; call close"):
         del pool
         gc.collect()
+    assert released(pids, names)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["raise", "restart"])
+def test_an_unclosed_pool_goes_with_its_last_reference(mode):
+    """Its rare calls, async schedule and restarter hold it through a weak proxy: no reference
+    cycle, so it is finalized at once, with no cycle collection."""
+    pids_before, shm_before = descendant_pids(), shm_entries()
+    pool = ShmPool(env_fns(None), PoolOptions(n_workers=2, start_method="fork", on_worker_failure=mode))
+    pids, names = descendant_pids() - pids_before, shm_entries() - shm_before
+    ref = weakref.ref(pool)
+    gc.disable()
+    try:
+        with pytest.warns(ResourceWarning, match="not closed; call close"):
+            del pool
+        assert ref() is None
+    finally:
+        gc.enable()
     assert released(pids, names)
 
 

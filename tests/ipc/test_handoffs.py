@@ -213,13 +213,27 @@ def test_a_worker_steps_each_send_once_however_its_posts_come():
 
 
 class Pool:
-    """What :class:`AsyncSchedule` needs of a pool to scan ``wire``'s outbox."""
-
-    def __init__(self, wire: Wire, n_envs: int):
-        self.views, self.num_envs, self.n_workers, self.links = wire.main, n_envs, 1, [wire.link]
+    """What :class:`AsyncSchedule` needs of a pool to scan an outbox."""
 
     def message_from(self, link, timeout=None, send_reply=False):
         raise AssertionError("no env of these tests sends a record")
+
+
+def schedule_of(wire: Wire, n_envs: int) -> AsyncSchedule:
+    """An :class:`AsyncSchedule` over ``wire``'s worker alone, enough to scan its outbox."""
+    return AsyncSchedule(
+        Pool(),
+        requests=None,
+        links=[wire.link],
+        shards=[(0, n_envs)],
+        shard_of=lambda i: 0,
+        views=wire.main,
+        ready=None,
+        main=None,
+        pickled=None,
+        short_spin=None,
+        restarter=None,
+    )
 
 
 def test_the_main_process_takes_only_results_whose_post_it_has_taken():
@@ -229,8 +243,7 @@ def test_the_main_process_takes_only_results_whose_post_it_has_taken():
     again) and stale rows.
     """
     with wired(n_envs=2) as (wire, start):
-        pool = Pool(wire, 2)  # the schedule holds a weak proxy of it
-        schedule = AsyncSchedule(pool)
+        schedule = schedule_of(wire, 2)
         schedule.state[:] = IN_FLIGHT
         start()
         wire.finished.hold()
