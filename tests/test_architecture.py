@@ -99,19 +99,9 @@ def private_names_of(module: str) -> set[str]:
 
 
 PRIVATE = {module: private_names_of(module) for module in MODULES}
-# Known exceptions, left for later: the Ray driver's collaborators call their pool's _raise and _collect.
-TOUCH_OTHERS = {"shmvec.backends.ray_batches", "shmvec.backends.ray_requests"}
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        pytest.param(module, marks=pytest.mark.xfail(strict=True, reason="backends/ray: see TOUCH_OTHERS"))
-        if module in TOUCH_OTHERS
-        else module
-        for module in sorted(MODULES)
-    ],
-)
+@pytest.mark.parametrize("module", sorted(MODULES))
 def test_modules_leave_other_modules_private_state_alone(module):
     """No ``obj._name`` where ``obj`` is not ``self``/``cls`` and ``_name`` belongs to another shmvec module."""
     others = set().union(*(names for other, names in PRIVATE.items() if other != module)) - PRIVATE[module]

@@ -161,7 +161,7 @@ class RayPool(EngineBase):
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n),
             ).remote(n, start, env_fns[start:stop], local_options, engine_kwargs)
             self._res.nodes.append(Node(n, start, stop, actor))
-        answers = self._collect({node.index: node.actor.describe.remote() for node in self.nodes}, None)
+        answers = self.collect_answers({node.index: node.actor.describe.remote() for node in self.nodes}, None)
         for node in self.nodes:
             node.info = answers[node.index]
         check_same_spaces([pair for node in self.nodes for pair in node.info.spaces], obs_space_match)
@@ -210,7 +210,7 @@ class RayPool(EngineBase):
     def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
         """Wait for every node's step and write its rows; return the records, in env order."""
         self.take_pending("step")
-        answers = self._collect(self._step_refs, timeout, restart=True)
+        answers = self.collect_answers(self._step_refs, timeout, restart=True)
         records: list[StepInfo] = []
         for node in self.nodes:
             records += self.write_rows(node, answers[node.index])
@@ -258,7 +258,7 @@ class RayPool(EngineBase):
         timeout = self.timeout if timeout is None else timeout
         return None if timeout is None else timeout + NODE_GRACE
 
-    def _collect(self, refs: dict[int, Any], timeout: float | None, restart: bool = False) -> dict[int, Any]:
+    def collect_answers(self, refs: dict[int, Any], timeout: float | None, restart: bool = False) -> dict[int, Any]:
         """Each node's answer to its call in ``refs``; raise the first node's error once all answered.
 
         ``restart`` (steps): a node actor that died is restarted while the budget lasts,
@@ -285,10 +285,10 @@ class RayPool(EngineBase):
                 error = error or answer
             answers[n] = answer
         if error is not None:
-            self._raise(error)
+            self.raise_report(error)
         return answers
 
-    def _raise(self, report: ErrorReport) -> NoReturn:
+    def raise_report(self, report: ErrorReport) -> NoReturn:
         """Re-raise a node's exception here, saying where; a node pool that broke breaks this pool too."""
         node = self.nodes[report.worker]
         exc = rebuilt(report, node.name if report.env_index is None else f"env {report.env_index} on {node.name}")
@@ -368,7 +368,7 @@ class RayPool(EngineBase):
             within = f" within {limit}s" if rows.restarting else ""
             self._node_died(node, rows.error, f"; Ray could not restart it{within}")
         if isinstance(rows, ErrorReport):
-            self._raise(rows)
+            self.raise_report(rows)
         return info, rows
 
     def _answer_in_time(self, node: Node, ref: Any, deadline: float, limit: float) -> Any:

@@ -88,7 +88,7 @@ class RayBatches(EnvStates):
             return
         if isinstance(rows, ErrorReport):
             self.state[ids] = HELD  # no result: the caller may send to them again
-            self.pool._raise(rows)
+            self.pool.raise_report(rows)
         for record in self.pool.write_rows(node, rows):
             self.records[record.env_index] = record
         self._queue(rows.ids.tolist())

@@ -32,7 +32,7 @@ class RayRequests:
         pool = self.pool
         pool.take_pending("request")
         merged: dict[int, Any] = {}
-        for n, rows in pool._collect(self._refs, timeout).items():
+        for n, rows in pool.collect_answers(self._refs, timeout).items():
             pool.write_rows(pool.nodes[n], rows)
             merged.update(rows.replies)
         return merged
