@@ -75,6 +75,16 @@ class PoolOptions:
             update) and at ``close()`` (see :mod:`shmvec.engine.omp_spin`).
             ``"short"``: whenever GNU OpenMP is loaded. ``"unchanged"``: never. Local
             backend only.
+        torch_threads: torch's intra-op thread count in the thread that steps the pool.
+            ``"auto"`` (default): when the pool has worker processes and the caller's
+            compute between steps is light (under ~1 ms a step on average: an MLP
+            policy's forward pass), torch runs on the cores the workers leave (at least
+            1, never more than before), so that the policy's idle threads do not take
+            the workers' cores; back to torch's own count once that compute turns heavy
+            (over ~2 ms: a CNN's forward pass, a gradient step between steps), and at
+            ``close()``. The update between rollouts runs on the reduced count as well
+            (see :mod:`shmvec.engine.caller_threads`). An int: that many threads from the
+            first step to ``close()``. ``"unchanged"``: never. Local backend only.
     """
 
     n_workers: int | None = None
@@ -88,6 +98,7 @@ class PoolOptions:
     backend: Literal["local", "ray"] = "local"
     n_nodes: int | None = None
     omp_spin: Literal["auto", "short", "unchanged"] = "auto"
+    torch_threads: Literal["auto", "unchanged"] | int = "auto"
 
     def __post_init__(self) -> None:
         if self.start_method is None:  # only None means "the default": "" is a typo, as for mp.get_context
@@ -111,6 +122,8 @@ class PoolOptions:
             raise ValueError(f"n_nodes must be an int >= 1 or None, got {self.n_nodes!r}")
         if self.omp_spin not in ("auto", "short", "unchanged"):
             raise ValueError(f'omp_spin must be "auto", "short" or "unchanged", got {self.omp_spin!r}')
+        if self.torch_threads not in ("auto", "unchanged") and not _is_int(self.torch_threads, lowest=1):
+            raise ValueError(f'torch_threads must be "auto", "unchanged" or an int >= 1, got {self.torch_threads!r}')
         if self.backend == "local" and self.n_nodes is not None:
             raise ValueError(f'n_nodes={self.n_nodes!r} places envs on Ray nodes: pass backend="ray" too')
 

@@ -21,7 +21,7 @@ import numpy as np
 from shmvec.engine.env_states import HELD, IN_FLIGHT, QUEUED, EnvStates, check_available, check_held
 from shmvec.engine.failures import main_shard_error, remote_error
 from shmvec.engine.link import LIVENESS_INTERVAL, WorkerLink
-from shmvec.engine.omp_spin import ShortSpin
+from shmvec.engine.caller_threads import CallerThreads
 from shmvec.engine.rare_calls import Requests
 from shmvec.engine.restart import Restart, Restarter
 from shmvec.engine.shard import EnvFailed, Shard, with_shm_finals
@@ -65,13 +65,13 @@ class AsyncSchedule(EnvStates):
         ready: Signal,
         main: Shard | None,
         pickled: PickledLeaves,
-        short_spin: ShortSpin | None,
+        caller: CallerThreads,
         restarter: Restarter | None,
     ):
         super().__init__(shards[-1][1])
         self.pool, self.requests, self.restarter = pool, requests, restarter
         self.links, self.shards, self.shard_of, self.main = links, shards, shard_of, main
-        self.ready, self.pickled, self.short_spin = ready, pickled, short_spin
+        self.ready, self.pickled, self.caller = ready, pickled, caller
         self.inbox, self.outbox = views[lay.INBOX], views[lay.OUTBOX]
         self.ready_ns, self.env_status = views[lay.READY_NS], views[lay.ENV_STATUS]
         self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
@@ -124,8 +124,7 @@ class AsyncSchedule(EnvStates):
         for i in self._unsent_restarted(env_ids.tolist()):  # those whose worker was re-created are reported now
             by_worker.setdefault(self.shard_of(i), []).append(i)
         main_ids = by_worker.pop(len(self.links), [])
-        if self.short_spin is not None:
-            self.short_spin.step()
+        self.caller.step()
         for k, ids in by_worker.items():
             self.links[k].put(ids, self.inbox)
         if main_ids:
@@ -169,6 +168,7 @@ class AsyncSchedule(EnvStates):
         if self.final_flag is not None:
             ended = env_ids[self.final_flag[env_ids] & (self.terminated[env_ids] | self.truncated[env_ids])]
             records = with_shm_finals(records, self.final_obs, np.sort(ended))
+        self.caller.returned()
         return env_ids, {record.env_index: record for record in self.pickled.keep_obs(records)}
 
     def _scan(self) -> None:

@@ -68,8 +68,9 @@ from shmvec.engine.async_schedule import AsyncSchedule
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.interface import EngineBase
 from shmvec.engine.link import WorkerLink, mp_context
-from shmvec.engine.omp_spin import ShortSpin, short_spin_for_pool
-from shmvec.engine.plan import describe_plan, plan_pool
+from shmvec.engine.caller_threads import CallerThreads, caller_threads_for_pool
+from shmvec.engine.omp_spin import short_spin_for_pool
+from shmvec.engine.plan import describe_plan, plan_pool, usable_cores
 from shmvec.engine.rare_calls import Requests
 from shmvec.engine.resources import PoolResources, finalize_unclosed
 from shmvec.engine.restart import Rebuild, Restarter
@@ -133,7 +134,8 @@ class ShmPool(WorkerWaits, EngineBase):
         self.num_envs = len(env_fns)
         if options.n_workers is not None:
             options.workers_for(self.num_envs)  # an explicit count is checked, then obeyed
-        self.plan = plan_pool(options.n_workers, options.main_shard, options.max_spin, env_fns, env_wrapper)
+        managed = options.torch_threads != "unchanged"
+        self.plan = plan_pool(options.n_workers, options.main_shard, options.max_spin, env_fns, env_wrapper, managed)
         self.n_workers, self.main_shard = self.plan.n_workers, self.plan.main_shard
         self.shards = lay.shard_bounds(self.num_envs, self.n_workers + self.main_shard)
         self._shard_starts = [start for start, _ in self.shards]
@@ -141,9 +143,8 @@ class ShmPool(WorkerWaits, EngineBase):
         self.timeout = options.timeout
         self.start_limit = None if self.timeout is None else max(self.timeout, START_TIMEOUT)  # building envs
         self.pending: str | None = None  # "step" or "request": what the next wait collects
-        self._step_returned = 0.0  # when the last step_wait returned (perf_counter): the caller's time starts
         self.omp_spin = "unchanged"  # what the pool does to the caller's OpenMP spins (set once started)
-        self.short_spin: ShortSpin | None = None
+        self.caller = CallerThreads(None, False, None, "unchanged")  # the caller's threads (set once started)
         self._res = PoolResources()
         self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
         self.restarter: Restarter | None = None  # restart mode, once started: a death during start-up raises
@@ -206,8 +207,9 @@ class ShmPool(WorkerWaits, EngineBase):
             self.main = Shard(
                 res.main_envs, self.shards[-1][0], views, self.layout, self.autoreset_mode, self.single_action_space
             )
-        res.short_spin, self.omp_spin = short_spin_for_pool(opts.omp_spin, self.n_workers)
-        self.short_spin = res.short_spin  # told of every step (and async send): see omp_spin.ShortSpin
+        short_spin, self.omp_spin = short_spin_for_pool(opts.omp_spin, self.n_workers)
+        # told of every step (and async send) and its return: see caller_threads
+        self.caller = res.caller = caller_threads_for_pool(opts.torch_threads, self.n_workers, usable_cores(), short_spin)
         self._start_collaborators(env_fns, env_wrapper, obs_space_match)
 
     def _start_collaborators(self, env_fns, env_wrapper, obs_space_match) -> None:
@@ -237,7 +239,7 @@ class ShmPool(WorkerWaits, EngineBase):
             ready=self._res.ready,
             main=self.main,
             pickled=self.pickled,
-            short_spin=self.short_spin,
+            caller=self.caller,
             restarter=self.restarter,
         )
 
@@ -258,8 +260,7 @@ class ShmPool(WorkerWaits, EngineBase):
         if len(self._obs_buffers) > 1:
             self._next_obs_buffer()
         next_wait = self._next_wait()
-        if self.short_spin is not None:
-            self.short_spin.step()
+        self.caller.step()
         for link in self.links:
             link.ctrl[lay.CTRL_NEXT_WAIT] = next_wait  # before the post: the worker reads it after the step
             link.post(_COMMAND_STEP)
@@ -271,7 +272,7 @@ class ShmPool(WorkerWaits, EngineBase):
         """How the workers wait for the step after this one: see protocol.NextWait."""
         if not self.plan.tight_loop_spin:
             return _WAIT_OWN
-        return _WAIT_SPIN if time.perf_counter() - self._step_returned < CALLER_SPIN else _WAIT_BLOCK
+        return _WAIT_SPIN if time.perf_counter() - self.caller.returned_at < CALLER_SPIN else _WAIT_BLOCK
 
     def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
         """Wait for the pending step (``timeout`` overrides the pool's); results are in the arena views.
@@ -300,7 +301,7 @@ class ShmPool(WorkerWaits, EngineBase):
             done = self.terminated | self.truncated
             if _count_nonzero(done):  # ~0.3 µs when no episode ended, instead of ~1.9 for flatnonzero
                 records = with_shm_finals(records, self._final_obs, (self._final_flag & done).nonzero()[0])
-        self._step_returned = time.perf_counter()
+        self.caller.returned()
         return records
 
     # -- rare calls ----------------------------------------------------------------
@@ -342,7 +343,7 @@ class ShmPool(WorkerWaits, EngineBase):
         self._finalizer.detach()
 
     def description(self) -> str:
-        return f"{describe_plan(self.plan)}, omp_spin={self.omp_spin!r}"
+        return f"{describe_plan(self.plan)}, omp_spin={self.omp_spin!r}, torch_threads={self.caller.description()!r}"
 
     def __repr__(self) -> str:
         return f"ShmPool(num_envs={self.num_envs}, {self.description()})"

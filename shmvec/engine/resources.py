@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
-from shmvec.engine.omp_spin import ShortSpin
+from shmvec.engine.caller_threads import CallerThreads
 from shmvec.ipc.arena import OwnedArena
 from shmvec.ipc.leftovers import reclaim
 from shmvec.ipc.signals import Signal
@@ -36,7 +36,7 @@ class PoolResources:
         self.main_envs: list[gym.Env] = []  # the main shard's envs
         self.graceful = True  # False: workers are stuck, terminate them at once
         self.owner_pid = os.getpid()
-        self.short_spin: ShortSpin | None = None  # the caller's OpenMP threads spin short meanwhile
+        self.caller: CallerThreads | None = None  # what the pool changed of the caller's threads, to undo
 
     def shutdown(self) -> None:
         """Stop the workers, then release everything. Idempotent; resumes if it was interrupted."""
@@ -64,9 +64,9 @@ class PoolResources:
         self.main_envs = []
         if self.arena is not None:
             self.arena.close()
-        if self.short_spin is not None:
-            self.short_spin.release()
-            self.short_spin = None
+        if self.caller is not None:
+            self.caller.release()
+            self.caller = None
 
 
 def finalize_unclosed(res: PoolResources) -> None:

@@ -75,20 +75,20 @@ def _thread_ticks() -> dict[int, int]:
 
 def test_steps_shorten_the_spin_of_torchs_idle_threads_and_a_pause_or_close_restores_it(two_torch_threads):
     long_before = idle_thread_cpu()
-    env = ShmPoolVecEnv([cartpole] * 4, n_workers=2, start_method="fork")
+    env = ShmPoolVecEnv([cartpole] * 4, n_workers=2, start_method="fork", torch_threads="unchanged")
     try:
         assert "omp_spin='short (torch: 2 threads)'" in repr(env)
         env.reset()
         assert parked_threads() == []  # nothing before the caller steps
         short = idle_thread_cpu(step=lambda: env.step(np.zeros(4, dtype=np.int64)))
-        assert len(parked_threads()) == 1 and env._pool.short_spin.engaged
+        assert len(parked_threads()) == 1 and env._pool.caller.short_spin.engaged
         assert torch.get_num_threads() == 2  # the policy keeps its threads
         time.sleep(MAX_IDLE)  # no steps: the caller updates its policy
-        assert poll_until(lambda: parked_threads() == [] and not env._pool.short_spin.engaged, 5.0)
+        assert poll_until(lambda: parked_threads() == [] and not env._pool.caller.short_spin.engaged, 5.0)
         long_paused = idle_thread_cpu()
-        before = env._pool.short_spin._thread
+        before = env._pool.caller.short_spin._thread
         env.step(np.zeros(4, dtype=np.int64))  # the next rollout parks a team again
-        assert env._pool.short_spin._thread is not before
+        assert env._pool.caller.short_spin._thread is not before
     finally:
         env.close()
     assert parked_threads() == []

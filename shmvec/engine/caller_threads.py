@@ -1,0 +1,133 @@
+"""The caller's threads while a pool steps: torch's thread count, and libgomp's spins.
+
+On a machine with C cores torch runs C intra-op threads. A light policy (an MLP's forward
+pass on a batch of envs: a few hundred µs) gains nothing from them, but between its ops
+they spin or sleep and wake on the cores where the workers step: on 2 cores, CleanRL-style
+async PPO on CartPole spent 5.3 s collecting with torch's 2 threads and 2.9 s with one,
+and a synchronous MLP policy's forward pass lost 80-200 µs a step.
+
+So while the caller's compute between steps is light (the median time from a step's
+return to the next step, over :data:`WINDOW` steps, under :data:`LIGHT`), the pool sets torch's thread count,
+in the thread that steps, to the cores its workers leave (at least 1, never more than it
+was). Once that compute turns heavy (over :data:`HEAVY`: a CNN's forward pass, SAC's
+gradient step between steps), the count goes back, and ``close()`` restores it. An update
+between rollouts (no steps for a while) is one sample of a window, so it does not switch
+the count back: the update runs on the reduced count too. An MLP update of RL's usual sizes gains nothing from a second thread
+on 2 cores (measured: PPO Humanoid, CleanRL CartPole); ``torch_threads="unchanged"``
+keeps torch's threads as they are.
+
+Only the count of the thread that steps is changed (torch's count is per thread); torch
+is looked up when the caller steps, never imported.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from typing import Literal, Union
+
+from shmvec.engine.omp_spin import ShortSpin
+
+logger = logging.getLogger("shmvec")
+
+TorchThreadsMode = Union[Literal["auto", "unchanged"], int]
+LIGHT = 1e-3  # seconds of caller compute per step under which torch's threads are reduced
+HEAVY = 2e-3  # ... over which they go back (hysteresis: no switching on a borderline policy)
+WINDOW = 16  # steps whose median caller compute decides (an update between rollouts is one of them)
+
+
+class CallerThreads:
+    """Told of every step the caller asks for (:meth:`step`) and of every result it gets
+    back (:meth:`returned`); :meth:`release` at ``close()`` undoes what it changed.
+
+    ``collect_threads``: torch's thread count while the caller's compute is light
+    (``auto`` mode), or from the first step on (``fixed=True``: an explicit count);
+    ``None`` leaves torch alone. ``short_spin``, if given, is told of every step as well.
+    """
+
+    def __init__(self, collect_threads: int | None, fixed: bool, short_spin: ShortSpin | None, why: str):
+        self.collect_threads, self.fixed, self.short_spin, self.why = collect_threads, fixed, short_spin, why
+        self.returned_at = 0.0  # when the caller last got results back (perf_counter)
+        self._samples: list[float] = []  # the caller's compute before each step of this window
+        self._saved: tuple[int, int, int] | None = None  # (count before, count set, thread id) while reduced
+
+    def step(self) -> None:
+        """The caller asks for a step: note its compute since the last return; every
+        :data:`WINDOW` steps, set torch's thread count by their median."""
+        if self.short_spin is not None:
+            self.short_spin.step()
+        if self.collect_threads is None:
+            return
+        samples = self._samples
+        samples.append(time.perf_counter() - self.returned_at)
+        if len(samples) < WINDOW:
+            return
+        caller_time = sorted(samples)[WINDOW // 2]
+        samples.clear()
+        if self._saved is None:
+            if self.fixed or caller_time < LIGHT:
+                self._reduce()
+        elif not self.fixed and caller_time > HEAVY and threading.get_ident() == self._saved[2]:
+            self._restore()
+
+    def returned(self) -> None:
+        """A step's results went back to the caller: its compute starts now."""
+        self.returned_at = time.perf_counter()
+
+    def release(self) -> None:
+        """Put torch's thread count back (if this thread set it) and end the short spins."""
+        if self._saved is not None:
+            self._restore()
+        self._saved = None
+        self.collect_threads = None  # no more changes
+        if self.short_spin is not None:
+            self.short_spin.release()
+
+    def _reduce(self) -> None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        before = torch.get_num_threads()
+        if before == self.collect_threads or (before < self.collect_threads and not self.fixed):
+            return  # "auto" never adds threads
+        torch.set_num_threads(self.collect_threads)
+        self._saved = (before, self.collect_threads, threading.get_ident())
+        logger.info(
+            "shmvec: torch runs %d thread(s) instead of %d while the caller steps the pool (%s)",
+            self.collect_threads,
+            before,
+            "as asked" if self.fixed else "its compute between steps is light",
+        )
+
+    def _restore(self) -> None:
+        before, count, thread = self._saved
+        torch = sys.modules.get("torch")
+        if threading.get_ident() != thread:
+            logger.info("shmvec: torch keeps %d thread(s) in the thread that stepped: set there, not here", count)
+            return
+        self._saved = None
+        if torch is not None and torch.get_num_threads() == count:  # else the caller set its own since
+            torch.set_num_threads(before)
+            logger.info("shmvec: torch runs %d thread(s) again", before)
+
+    def description(self) -> str:
+        """What ``repr`` of a pool shows as ``torch_threads``."""
+        return self.why
+
+
+def caller_threads_for_pool(
+    mode: TorchThreadsMode, n_workers: int, cores: int, short_spin: ShortSpin | None
+) -> CallerThreads:
+    """The pool's :class:`CallerThreads`: torch's count while the caller's compute is light
+    (``"auto"``: the cores the workers leave, at least 1), ``n`` from the first step (an
+    int), or unchanged (``"unchanged"``, and ``"auto"`` with no workers)."""
+    if mode == "unchanged":
+        return CallerThreads(None, False, short_spin, "unchanged")
+    if mode != "auto":
+        return CallerThreads(int(mode), True, short_spin, f"{mode} while stepping")
+    if n_workers == 0:
+        return CallerThreads(None, False, short_spin, "unchanged (no workers)")
+    count = max(1, cores - n_workers)
+    return CallerThreads(count, False, short_spin, f"at most {count} while the policy is light")
