@@ -18,10 +18,10 @@ from typing import Any, NoReturn, Protocol
 
 import numpy as np
 
+from shmvec.engine.caller_threads import CallerThreads
 from shmvec.engine.env_states import HELD, IN_FLIGHT, QUEUED, EnvStates, check_available, check_held
 from shmvec.engine.failures import main_shard_error, remote_error
 from shmvec.engine.link import LIVENESS_INTERVAL, WorkerLink
-from shmvec.engine.caller_threads import CallerThreads
 from shmvec.engine.rare_calls import Requests
 from shmvec.engine.restart import Restart, Restarter
 from shmvec.engine.shard import EnvFailed, Shard, with_shm_finals

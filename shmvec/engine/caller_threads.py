@@ -2,19 +2,20 @@
 
 On a machine with C cores torch runs C intra-op threads. A light policy (an MLP's forward
 pass on a batch of envs: a few hundred µs) gains nothing from them, but between its ops
-they spin or sleep and wake on the cores where the workers step: on 2 cores, CleanRL-style
-async PPO on CartPole spent 5.3 s collecting with torch's 2 threads and 2.9 s with one,
-and a synchronous MLP policy's forward pass lost 80-200 µs a step.
+they spin, or sleep and wake, on the cores where the workers step. On 2 cores,
+CleanRL-style async PPO on CartPole spent 5.3 s collecting with torch's 2 threads and
+2.9 s with one, and a synchronous MLP policy's forward pass lost 80-200 µs a step.
 
 So while the caller's compute between steps is light (the median time from a step's
-return to the next step, over :data:`WINDOW` steps, under :data:`LIGHT`), the pool sets torch's thread count,
-in the thread that steps, to the cores its workers leave (at least 1, never more than it
-was). Once that compute turns heavy (over :data:`HEAVY`: a CNN's forward pass, SAC's
-gradient step between steps), the count goes back, and ``close()`` restores it. An update
-between rollouts (no steps for a while) is one sample of a window, so it does not switch
-the count back: the update runs on the reduced count too. An MLP update of RL's usual sizes gains nothing from a second thread
-on 2 cores (measured: PPO Humanoid, CleanRL CartPole); ``torch_threads="unchanged"``
-keeps torch's threads as they are.
+return to the next step, over :data:`WINDOW` steps, under :data:`LIGHT`), the pool sets
+torch's thread count, in the thread that steps, to the cores its workers leave (at least
+1, never more than it was). Once that compute turns heavy (over :data:`HEAVY`: a CNN's
+forward pass, SAC's gradient step between steps), the count goes back, and ``close()``
+restores it. An update between rollouts (no steps for a while) is one sample of a window,
+so it does not switch the count back: the update runs on the reduced count too. An MLP
+update of RL's usual sizes gains nothing from a second thread on 2 cores (measured: SB3
+PPO on Humanoid, CleanRL-style PPO on CartPole); ``torch_threads="unchanged"`` keeps
+torch's threads as they are.
 
 Only the count of the thread that steps is changed (torch's count is per thread); torch
 is looked up when the caller steps, never imported.
@@ -26,13 +27,13 @@ import logging
 import sys
 import threading
 import time
-from typing import Literal, Union
+from typing import Literal
 
 from shmvec.engine.omp_spin import ShortSpin
 
 logger = logging.getLogger("shmvec")
 
-TorchThreadsMode = Union[Literal["auto", "unchanged"], int]
+TorchThreadsMode = Literal["auto", "unchanged"] | int
 LIGHT = 1e-3  # seconds of caller compute per step under which torch's threads are reduced
 HEAVY = 2e-3  # ... over which they go back (hysteresis: no switching on a borderline policy)
 WINDOW = 16  # steps whose median caller compute decides (an update between rollouts is one of them)
@@ -60,6 +61,10 @@ class CallerThreads:
             self.short_spin.step()
         if self.collect_threads is None:
             return
+        if self.fixed:
+            if self._saved is None:
+                self._reduce()
+            return
         samples = self._samples
         samples.append(time.perf_counter() - self.returned_at)
         if len(samples) < WINDOW:
@@ -67,9 +72,9 @@ class CallerThreads:
         caller_time = sorted(samples)[WINDOW // 2]
         samples.clear()
         if self._saved is None:
-            if self.fixed or caller_time < LIGHT:
+            if caller_time < LIGHT:
                 self._reduce()
-        elif not self.fixed and caller_time > HEAVY and threading.get_ident() == self._saved[2]:
+        elif caller_time > HEAVY and threading.get_ident() == self._saved[2]:
             self._restore()
 
     def returned(self) -> None:

@@ -65,9 +65,11 @@ T_SYNC_SPIN = 12e-6  # one synchronous round trip when waiter and workers each h
 T_SYNC_BLOCK = 70e-6  # ... when they do not: the main process blocks and pays a wake-up per step
 # A training loop's step with workers, while the pool manages torch's threads (caller_threads):
 # the workers spin through a light policy's forward pass, which runs on the cores they leave,
-# and the hand-off still costs this much. Measured on a 2-core VM (scale ~1.8): 8 CartPoles
-# (9 µs a step) trained as fast with a worker as in-process, 8 Acrobots (49 µs) 1.2x faster.
-T_CALLER_HANDOFF = 20e-6
+# and the hand-off still costs this much. Measured on a 2-core VM (scale ~1.8), main process
+# plus a worker against in-process: CleanRL-style PPO on 8 Acrobots (49 µs a step) 1.2x
+# faster, on 8 CartPoles (9 µs) as fast; SB3's A2C on 16 CartPoles 0.95x (a 20 µs hand-off
+# would have predicted 1.14x).
+T_CALLER_HANDOFF = 35e-6
 # ... when torch keeps all its threads: workers block through the policy (a wake-up a step)
 # and the policy's OpenMP threads sleep between ops instead of spinning (see omp_spin), so
 # each parallel op pays a wake-up too: +80 µs (HalfCheetah's MLP) to +200 µs (Acrobot's) a

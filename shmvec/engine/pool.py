@@ -65,10 +65,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec.engine.async_schedule import AsyncSchedule
+from shmvec.engine.caller_threads import CallerThreads, caller_threads_for_pool
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.interface import EngineBase
 from shmvec.engine.link import WorkerLink, mp_context
-from shmvec.engine.caller_threads import CallerThreads, caller_threads_for_pool
 from shmvec.engine.omp_spin import short_spin_for_pool
 from shmvec.engine.plan import describe_plan, plan_pool, usable_cores
 from shmvec.engine.rare_calls import Requests
@@ -209,7 +209,8 @@ class ShmPool(WorkerWaits, EngineBase):
             )
         short_spin, self.omp_spin = short_spin_for_pool(opts.omp_spin, self.n_workers)
         # told of every step (and async send) and its return: see caller_threads
-        self.caller = res.caller = caller_threads_for_pool(opts.torch_threads, self.n_workers, usable_cores(), short_spin)
+        cores = usable_cores()
+        self.caller = res.caller = caller_threads_for_pool(opts.torch_threads, self.n_workers, cores, short_spin)
         self._start_collaborators(env_fns, env_wrapper, obs_space_match)
 
     def _start_collaborators(self, env_fns, env_wrapper, obs_space_match) -> None:

@@ -125,7 +125,8 @@ def test_spec_is_set_as_gym_make_vec_sets_it_and_rebuilds_the_env(closing):
         "vectorization_mode": "vector_entry_point",
     }
     given = "n_workers=2, main_shard=False, why='n_workers=2 given'"
-    assert repr(shm) == f"ShmVectorEnv({TWIN}, num_envs=4, {given}, omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r})"
+    threads = f"omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r}"
+    assert repr(shm) == f"ShmVectorEnv({TWIN}, num_envs=4, {given}, {threads})"
 
     rebuilt = closing(gym.make_vec(spec))  # as gym.make_vec's specs do: the spec recreates the env
     ref = closing(gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync", max_episode_steps=12))

@@ -266,7 +266,8 @@ def test_attributes_match_sync_vector_env(mode, closing):
     assert shm.autoreset_mode is mode and shm.copy is True
     assert shm.unwrapped is shm
     given = "n_workers=2, main_shard=False, why='n_workers=2 given'"
-    assert repr(shm) == f"ShmVectorEnv(num_envs=5, {given}, omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r})"
+    threads = f"omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r}"
+    assert repr(shm) == f"ShmVectorEnv(num_envs=5, {given}, {threads})"
     assert isinstance(shm, gym.vector.VectorEnv)
 
 
@@ -534,7 +535,8 @@ def test_make_vec_mirrors_gym_make_vec(closing):
     assert shm.spec.id == "CartPole-v1"
     assert shm.spec.kwargs["num_envs"] == 5 and shm.spec.kwargs["max_episode_steps"] == 10
     given = "n_workers=2, main_shard=False, why='n_workers=2 given'"
-    assert repr(shm) == f"ShmVectorEnv(CartPole-v1, num_envs=5, {given}, omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r})"
+    threads = f"omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r}"
+    assert repr(shm) == f"ShmVectorEnv(CartPole-v1, num_envs=5, {given}, {threads})"
     counts = run_equivalence(shm, ref, 40, seed=0)
     assert counts["truncated"] > 0  # max_episode_steps reached the envs
 

@@ -493,7 +493,8 @@ def test_surface_matches_async_vector_env(closing):
     # Gymnasium's repr, plus how the envs run (shmvec chooses that itself by default)
     assert repr(ref) == "AsyncVectorEnv(num_envs=3)"
     given = "n_workers=2, main_shard=False, why='n_workers=2 given'"
-    assert repr(shm) == f"ShmVectorEnv(num_envs=3, {given}, omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r})"
+    threads = f"omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r}"
+    assert repr(shm) == f"ShmVectorEnv(num_envs=3, {given}, {threads})"
     assert str(shm) == repr(shm) and str(ref) == repr(ref)
     assert shm.observation_mode == ref.observation_mode == "same"
     assert shm.render_mode == ref.render_mode == "rgb_array"

@@ -156,7 +156,8 @@ def test_default_pool_works_equals_sync_and_says_what_it_chose(closing, caplog):
     ref = closing(SyncVectorEnv([cartpole] * 6, autoreset_mode=AutoresetMode.SAME_STEP))
     plan = shm._pool.plan
     chosen = f"n_workers={plan.n_workers}, main_shard={plan.main_shard}, why={plan.reason!r}"
-    described = f"{chosen}, omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r}"
+    threads = f"omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r}"
+    described = f"{chosen}, {threads}"
     assert repr(shm) == f"ShmVectorEnv(num_envs=6, {described})"
     assert repr(shm._pool) == f"ShmPool(num_envs=6, {described})"
     assert "why='auto: " in repr(shm) and shm.n_workers == plan.n_workers

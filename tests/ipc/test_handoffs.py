@@ -25,6 +25,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from shmvec.engine.async_schedule import IN_FLIGHT, AsyncSchedule
+from shmvec.engine.caller_threads import CallerThreads
 from shmvec.engine.link import WorkerLink
 from shmvec.engine.shard import Shard
 from shmvec.engine.worker import _catch_up, _Sends, _serve
@@ -231,7 +232,7 @@ def schedule_of(wire: Wire, n_envs: int) -> AsyncSchedule:
         ready=None,
         main=None,
         pickled=None,
-        short_spin=None,
+        caller=CallerThreads(None, False, None, "unchanged"),
         restarter=None,
     )
 
