@@ -77,7 +77,7 @@ class PoolOptions:
             backend only.
         torch_threads: torch's intra-op thread count in the thread that steps the pool.
             ``"auto"`` (default): when the pool has worker processes and the caller's
-            compute between steps is light (under ~1 ms a step on average: an MLP
+            compute between steps is light (a median under ~1 ms over 16 steps: an MLP
             policy's forward pass), torch runs on the cores the workers leave (at least
             1, never more than before), so that the policy's idle threads do not take
             the workers' cores; back to torch's own count once that compute turns heavy

@@ -22,17 +22,19 @@ more, and unscaled overheads would send a few light envs to workers where stayin
 in-process is faster.
 
 The model is that of a training loop, the loop users run: the caller computes (a
-policy's forward pass) between steps, and every step with workers is charged a hand-off
-on its critical path. While the pool manages torch's threads (``torch_threads="auto"``,
-:mod:`~shmvec.engine.caller_threads`), the workers spin through a light policy's forward
-pass (:class:`~shmvec.ipc.protocol.NextWait`), which runs on the cores they leave: a
-small :data:`T_CALLER_HANDOFF`. Otherwise the policy's threads share the cores with the
-workers: a wake-up (:data:`T_SYNC_BLOCK`) and slower ops (:data:`T_CALLER_TAX`). A few
-light envs stay in the main process, where a hand-off would cost more than the envs'
-whole step. In a bare stepping loop the waits spin, and the same plan runs faster than
-the model says. Among the
-candidates within :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env
-in the main process (heavy envs then run isolated in workers at no cost).
+policy's forward pass) between steps, and every step with workers is charged a wake-up
+(:data:`T_SYNC_BLOCK`) on its critical path: workers block through a long forward pass
+rather than hold its cores, and even spinning through a short one they share the cores
+with the caller's threads (:class:`~shmvec.ipc.protocol.NextWait`); the policy's own
+threads then run slower too (:data:`T_CALLER_TAX`). A few light envs then stay in the
+main process, where this would cost more than the envs' whole step. The plan is made
+before the caller's first step, so it prices a caller whose compute between steps is
+heavy (SAC's gradient step per env step, a CNN): with a light one (an MLP policy) the pool
+gives torch's threads to the workers' cores (:mod:`~shmvec.engine.caller_threads`), and
+a worker would cost less than this. In a bare stepping loop the waits spin, and the same
+plan runs faster than the model says. Among the candidates within
+:data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env in the main
+process (heavy envs then run isolated in workers at no cost).
 
 An explicit ``n_workers=K`` is obeyed as given (``main_shard`` only if asked); only the
 wait policy is chosen. Everything here but :func:`time_env_step` and
@@ -63,17 +65,10 @@ logger = logging.getLogger("shmvec")
 # Calibrated on the 2-core machine (CartPole-v1 and a zero-cost env, round-robin medians):
 T_SYNC_SPIN = 12e-6  # one synchronous round trip when waiter and workers each have a core (spin)
 T_SYNC_BLOCK = 70e-6  # ... when they do not: the main process blocks and pays a wake-up per step
-# A training loop's step with workers, while the pool manages torch's threads (caller_threads):
-# the workers spin through a light policy's forward pass, which runs on the cores they leave,
-# and the hand-off still costs this much. Measured on a 2-core VM (scale ~1.8), main process
-# plus a worker against in-process: CleanRL-style PPO on 8 Acrobots (49 µs a step) 1.2x
-# faster, on 8 CartPoles (9 µs) as fast; SB3's A2C on 16 CartPoles 0.95x (a 20 µs hand-off
-# would have predicted 1.14x).
-T_CALLER_HANDOFF = 35e-6
-# ... when torch keeps all its threads: workers block through the policy (a wake-up a step)
-# and the policy's OpenMP threads sleep between ops instead of spinning (see omp_spin), so
-# each parallel op pays a wake-up too: +80 µs (HalfCheetah's MLP) to +200 µs (Acrobot's) a
-# step on that VM.
+# What a policy's forward pass loses per step while worker processes share the cores: its
+# OpenMP threads sleep between ops instead of spinning (see omp_spin), so each parallel op
+# pays a wake-up. Measured +80 µs (HalfCheetah's MLP) to +200 µs (Acrobot's) per step on a
+# 2-core VM that runs Python ~1.8x slower than the calibration machine.
 T_CALLER_TAX = 45e-6
 T_BOOK_FIXED = 10e-6  # the main process's per-step bookkeeping (adapters), any configuration
 T_BOOK_PER_ENV = 0.15e-6  # ... per env (observation copy, infos)
@@ -150,13 +145,12 @@ def predicted_step_time(
     main_shard: bool,
     scale: float = 1.0,
     caller_computes: bool = True,
-    threads_managed: bool = True,
 ) -> float:
     """Seconds per synchronous vector step of this configuration (the overhead model);
     ``scale`` multiplies the overheads (:func:`machine_scale`). ``caller_computes``: the
-    caller runs a policy between steps (``False``: a bare stepping loop, where the waits
-    spin). Each step with workers then costs :data:`T_CALLER_HANDOFF` while the pool
-    manages torch's threads (``threads_managed``), else a wake-up and :data:`T_CALLER_TAX`."""
+    caller runs a policy between steps, so workers wake up from a blocked wait each step
+    and the policy's threads pay :data:`T_CALLER_TAX` (``False``: a bare stepping loop,
+    where they spin)."""
     lanes = n_workers + main_shard
     largest, _ = shard_sizes(num_envs, n_workers, main_shard)
     per_env = t_env + T_WRITE_PER_ENV * scale
@@ -167,10 +161,7 @@ def predicted_step_time(
         sync = T_SYNC_SPIN
     else:
         sync = T_SYNC_BLOCK
-    if not caller_computes or n_workers == 0:
-        wake = 0.0
-    else:
-        wake = T_CALLER_HANDOFF if threads_managed else T_SYNC_BLOCK + T_CALLER_TAX
+    wake = T_SYNC_BLOCK + T_CALLER_TAX if caller_computes and n_workers else 0.0
     return stepping + (wake + sync + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
 
 
@@ -192,12 +183,10 @@ def choose(
     main_shard: bool | None = None,
     max_spin: float = 200e-6,
     scale: float = 1.0,
-    threads_managed: bool = True,
 ) -> Plan:
     """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
 
-    ``scale``: how much slower than the calibration machine this one runs Python (:func:`machine_scale`);
-    ``threads_managed``: the pool manages torch's threads (see :func:`predicted_step_time`).
+    ``scale``: how much slower than the calibration machine this one runs Python (:func:`machine_scale`).
 
     Example:
         >>> plan = choose(num_envs=64, cores=2, t_env=8e-6)       # CartPole-like: a main shard pays
@@ -214,14 +203,14 @@ def choose(
         (0, True)
     """
     timed = [
-        (predicted_step_time(num_envs, cores, t_env, k, main, scale, threads_managed=threads_managed), k, main)
+        (predicted_step_time(num_envs, cores, t_env, k, main, scale), k, main)
         for k, main in candidates(num_envs, cores, main_shard)
     ]
     best = min(t for t, _, _ in timed)
     near = [(t, k, main) for t, k, main in timed if best / t >= 1.0 - ISOLATION_TOLERANCE]
     # No env in the main process if that is near the best, then the fastest, then fewest processes.
     step, k, main = min(near, key=lambda c: (c[2], c[0], c[1]))
-    serial = predicted_step_time(num_envs, cores, t_env, 0, True, scale, threads_managed=threads_managed)
+    serial = predicted_step_time(num_envs, cores, t_env, 0, True, scale)
     reason = (
         f"auto: {t_env * 1e6:.1f} µs/env step, {cores} cores, "
         f"predicted {serial / step:.2f}x in-process in a training loop"
@@ -337,14 +326,7 @@ def _step_or_reset(env, action) -> None:
         env.reset()
 
 
-def plan_pool(
-    n_workers: int | None,
-    main_shard: bool | None,
-    max_spin: float,
-    env_fns,
-    env_wrapper=None,
-    threads_managed: bool = True,
-) -> Plan:
+def plan_pool(n_workers: int | None, main_shard: bool | None, max_spin: float, env_fns, env_wrapper=None) -> Plan:
     """The plan for a pool of ``env_fns``: :func:`explicit` if ``n_workers`` is set, else timed and chosen.
 
     If timing fails (``env_fns[0]`` raises), the envs run in one worker per core, so that
@@ -360,7 +342,7 @@ def plan_pool(
             k = min(num_envs, cores) - bool(main_shard)
             plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto: timing env 0 failed ({type(exc).__name__})")
         else:
-            plan = choose(num_envs, cores, t_env, main_shard, max_spin, machine_scale(), threads_managed)
+            plan = choose(num_envs, cores, t_env, main_shard, max_spin, machine_scale())
     logger.info("shmvec pool of %d envs: %s", num_envs, describe_plan(plan))
     return plan
 

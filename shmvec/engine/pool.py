@@ -134,8 +134,7 @@ class ShmPool(WorkerWaits, EngineBase):
         self.num_envs = len(env_fns)
         if options.n_workers is not None:
             options.workers_for(self.num_envs)  # an explicit count is checked, then obeyed
-        managed = options.torch_threads != "unchanged"
-        self.plan = plan_pool(options.n_workers, options.main_shard, options.max_spin, env_fns, env_wrapper, managed)
+        self.plan = plan_pool(options.n_workers, options.main_shard, options.max_spin, env_fns, env_wrapper)
         self.n_workers, self.main_shard = self.plan.n_workers, self.plan.main_shard
         self.shards = lay.shard_bounds(self.num_envs, self.n_workers + self.main_shard)
         self._shard_starts = [start for start, _ in self.shards]

@@ -33,12 +33,12 @@ CORES = 2  # the decisions below are the 2-core machine's; the model is checked 
     "num_envs, t_env, expected",
     [
         (64, 7e-6, (1, True)),  # light envs, many: main process + one worker, nobody waits on a wake-up
-        (8, 7e-6, (0, True)),  # a few: a hand-off to a worker costs more than their step
+        (8, 7e-6, (0, True)),  # a few: a worker's wake-up after the policy ran costs more than their step
         (2, 7e-6, (0, True)),  # too little work to pay a round trip: in-process
         (1, 7e-6, (0, True)),
         (8, 1e-3, (2, False)),  # heavy: two workers cost < 5 % more and keep the envs isolated
         (16, 150e-6, (2, False)),
-        (1, 1e-3, (1, False)),  # one heavy env: a worker's hand-off adds 2 %, and keeps it isolated
+        (1, 1e-3, (0, True)),  # one heavy env: a worker's wake-up adds 7 %
     ],
 )
 def test_choose_on_two_cores(num_envs, t_env, expected):
@@ -60,12 +60,10 @@ def test_choice_is_near_the_models_best_and_valid(cores, num_envs, t_env):
     )
 
 
-def test_the_model_is_a_training_loop_where_each_step_with_workers_pays_a_hand_off():
+def test_the_model_is_a_training_loop_where_workers_wake_up_each_step():
     training = predicted_step_time(8, CORES, 7e-6, 1, True)
     bare = predicted_step_time(8, CORES, 7e-6, 1, True, caller_computes=False)
-    assert training - bare == pytest.approx(autoconfig.T_CALLER_HANDOFF)
-    unmanaged = predicted_step_time(8, CORES, 7e-6, 1, True, threads_managed=False)  # torch_threads="unchanged"
-    assert unmanaged - bare == pytest.approx(autoconfig.T_SYNC_BLOCK + autoconfig.T_CALLER_TAX)
+    assert training - bare == pytest.approx(autoconfig.T_SYNC_BLOCK + autoconfig.T_CALLER_TAX)
     assert predicted_step_time(8, CORES, 7e-6, 0, True) == predicted_step_time(
         8, CORES, 7e-6, 0, True, caller_computes=False
     )
@@ -213,21 +211,18 @@ def test_workers_of_an_oversubscribed_pool_wait_as_their_own_policy_says(closing
     assert {link.ctrl[lay.CTRL_NEXT_WAIT] for link in shm._pool.links} == {NextWait.OWN}
 
 
-@pytest.mark.parametrize(
-    "t_env, threads_managed, n_workers",
-    [(9.3e-6, True, 0), (49e-6, True, 1), (49e-6, False, 0), (68e-6, False, 1)],
-)
-def test_in_a_training_loop_eight_envs_go_to_a_worker_when_it_pays(t_env, threads_managed, n_workers):
-    """On the 2-core VM (scale ~1.8), CleanRL-style PPO with 8 envs and the pool managing torch's
-    threads: CartPole (9.3 µs) trained as fast with a worker as in-process, Acrobot (49 µs) 1.2x
-    faster. With torch's threads left alone, 8 Acrobots trained 0.83x with a worker, 8
-    HalfCheetahs (68 µs) 1.04x: what the worker saves must pay for the policy's slower ops too."""
-    plan = choose(8, CORES, t_env, scale=1.8, threads_managed=threads_managed)
+@pytest.mark.parametrize("t_env, n_workers", [(49e-6, 0), (68e-6, 1)])
+def test_in_a_training_loop_eight_envs_go_to_a_worker_only_from_about_60_us_a_step(t_env, n_workers):
+    """On the 2-core VM (scale ~1.8): 8 Acrobots (49 µs) trained 0.83x DummyVecEnv with a worker
+    and torch's threads left alone, 8 HalfCheetahs (68 µs) 1.04x: what the worker saves must pay
+    for the policy's slower ops too. (With torch on one thread, Acrobot gained 1.2x; but SAC, a
+    gradient step between steps, took 1.7x as long with 4 HalfCheetahs split main + worker.)"""
+    plan = choose(8, CORES, t_env, scale=1.8)
     assert (plan.n_workers, plan.main_shard) == (n_workers, True)
 
 
 def test_a_slower_machine_keeps_few_light_envs_in_process():
-    fast, slow = choose(6, CORES, 20e-6, scale=1.0), choose(6, CORES, 20e-6, scale=3.0)
+    fast, slow = choose(6, CORES, 60e-6, scale=1.0), choose(6, CORES, 60e-6, scale=3.0)
     assert (fast.n_workers, fast.main_shard) == (1, True)  # a round trip pays for three envs' steps
     assert (slow.n_workers, slow.main_shard) == (0, True)  # three times the overheads: it does not
     assert predicted_step_time(64, CORES, 7e-6, 1, True, scale=2.0) > predicted_step_time(64, CORES, 7e-6, 1, True)
