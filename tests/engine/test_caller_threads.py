@@ -17,14 +17,6 @@ from tests.envs import cartpole
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture
-def two_torch_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 def busy(seconds: float) -> None:
     """The caller's compute between two steps (a policy's forward pass)."""
     end = time.perf_counter() + seconds

@@ -27,14 +27,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def two_torch_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 def parked_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "shmvec-omp-spin"]
 
