@@ -5,9 +5,12 @@ Usage (from the repository root)::
     python bench/rollout_timeline.py                                # PPO, Acrobot-v1 x8, DummyVecEnv vs default
     python bench/rollout_timeline.py --env HalfCheetah-v5 --n 8 --timesteps 16384
     python bench/rollout_timeline.py --impl shm:n_workers=2 --impl shm:n_workers=1,main_shard=False
+    python bench/rollout_timeline.py --env atari:BreakoutNoFrameskip-v4 --timesteps 4096
 
 It runs SB3's ``PPO("MlpPolicy")`` ``learn()`` (SB3's defaults, ``n_steps=256``) over each
-implementation in turn, ``--rounds`` times, alternating. Every env is wrapped in
+implementation in turn, ``--rounds`` times, alternating; on ``atari:<id>``, ``CnnPolicy``
+over SB3's Atari preprocessing and ``VecFrameStack(4)``, with ``bench/training.py``'s
+Atari hyperparameters. Every env is wrapped in
 :class:`bench.timeline.Probe` (when each ``step`` starts and ends, in whichever process
 runs it) and the vector env's ``step_async``/``step_wait`` are timed in the main
 process. For each vector step of the rollouts the table gives medians (µs):
@@ -43,6 +46,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
 from bench.timeline import _first_after, _last_before, probed  # noqa: E402
+from bench.training_jobs import WORKLOADS  # noqa: E402
 
 _now = time.perf_counter
 
@@ -53,7 +57,7 @@ def build(impl: str, env_id: str, n: int):
 
     from shmvec import ShmPoolVecEnv
 
-    env_fns = [functools.partial(probed, env_id)] * n
+    env_fns = [functools.partial(probed_atari if env_id.startswith("atari:") else probed, env_id)] * n
     name, _, options = impl.partition(":")
     if name == "dummy":
         return DummyVecEnv(env_fns)
@@ -64,6 +68,25 @@ def build(impl: str, env_id: str, n: int):
         key, _, value = item.partition("=")
         kwargs[key] = {"True": True, "False": False}.get(value, int(value) if value.isdigit() else value)
     return ShmPoolVecEnv(env_fns, **kwargs)
+
+
+def probed_atari(env_id: str):
+    """``atari:<id>`` as ``bench/training.py`` makes it (SB3's ``make_atari_env``), with a probe."""
+    from bench.timeline import Probe
+    from bench.training_jobs import make_atari
+
+    return Probe(make_atari(env_id.removeprefix("atari:")))
+
+
+def sb3_model(venv, env_id: str, seed: int):
+    """SB3's PPO over ``venv`` as a user wraps it: MlpPolicy, or CnnPolicy on 4 stacked Atari frames."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecFrameStack, VecMonitor
+
+    if env_id.startswith("atari:"):
+        hyper = WORKLOADS["ppo-atari"].hyper
+        return PPO("CnnPolicy", VecFrameStack(venv, n_stack=4), seed=seed, **hyper)
+    return PPO("MlpPolicy", VecMonitor(venv), n_steps=256, seed=seed)
 
 
 class CpuShares:
@@ -98,9 +121,6 @@ class CpuShares:
 
 def run(impl: str, env_id: str, n: int, timesteps: int, seed: int) -> dict:
     """One ``learn()`` over ``impl``; per-step phases (seconds) and core shares of its rollouts."""
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.vec_env import VecMonitor
-
     venv = build(impl, env_id, n)
     try:
         calls, sent, returned = [], [], []
@@ -117,7 +137,7 @@ def run(impl: str, env_id: str, n: int, timesteps: int, seed: int) -> dict:
             return result
 
         venv.step_async, venv.step_wait = timed_async, timed_wait
-        model = PPO("MlpPolicy", VecMonitor(venv), n_steps=256, seed=seed)
+        model = sb3_model(venv, env_id, seed)
         cpu, rollouts = CpuShares(), []
         collect = model.collect_rollouts
 
@@ -203,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         for impl in impls[r % len(impls) :] + impls[: r % len(impls)]:
             results[impl].append(run(impl, args.env, args.n, args.timesteps, seed=r))
     reference = statistics.median(res["rollout"] for res in results[impls[0]])
-    print(f"PPO MlpPolicy, {args.env} x{args.n}, {args.timesteps} steps, medians of {args.rounds} rounds")
+    policy = "CnnPolicy" if args.env.startswith("atari:") else "MlpPolicy"
+    print(f"PPO {policy}, {args.env} x{args.n}, {args.timesteps} steps, medians of {args.rounds} rounds")
     for impl, runs in results.items():
         rollout = statistics.median(res["rollout"] for res in runs)
         print(f"\n{impl}: {runs[-1]['description']}")

@@ -102,15 +102,16 @@ class EnvStates:
 
 def check_held(state: np.ndarray, env_ids: np.ndarray) -> None:
     """Raise unless every env of ``env_ids`` is held by the caller (no send pending) and none repeats."""
-    pending = env_ids[state[env_ids] != HELD]
-    if len(pending):
+    if _count_nonzero(state[env_ids]):  # HELD is 0; the details only on the error path (it runs per send)
+        pending = env_ids[state[env_ids] != HELD]
         raise AlreadyPendingError(
             f"envs {ranges(sorted(set(pending.tolist())))} have a send pending: recv() their results before "
             "sending them actions again",
             "send",
         )
-    if len(np.unique(env_ids)) != len(env_ids):
-        raise ValueError(f"env_ids must not repeat an env, got {env_ids.tolist()}")
+    ids = env_ids.tolist()
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"env_ids must not repeat an env, got {ids}")
 
 
 def check_available(state: np.ndarray, batch_size: int) -> None:

@@ -236,6 +236,11 @@ def test_misuse_says_what_to_do(closing):
     envs.send(np.zeros(2, np.int64))
     with pytest.raises(AlreadyPendingError, match="have a send pending"):
         envs.send(np.zeros(2, np.int64), ids)
+    held = envs.recv()[4]["env_id"]
+    with pytest.raises(ValueError, match="must not repeat an env"):
+        envs.send(np.zeros(2, np.int64), [held[0], held[0]])
+    envs.send(np.zeros(2, np.int64), held)  # the refused sends changed nothing
+    assert sorted(envs.recv()[4]["env_id"].tolist() + envs.recv()[4]["env_id"].tolist()) == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="one action per env"):
         envs.send(np.zeros(3, np.int64), [0, 1])
 
@@ -260,8 +265,9 @@ def test_env_error_names_the_env_and_the_pool_goes_on(closing):
         envs.send(np.zeros(2, np.int64))
 
 
-def test_dead_worker_raises(closing):
-    envs = closing(ShmVectorEnv(env_fns("exit", at=1), 2, batch_size=2, start_method="fork"))
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])  # forkserver: its death is read from the sentinel
+def test_dead_worker_raises(closing, start_method):
+    envs = closing(ShmVectorEnv(env_fns("exit", at=1), 2, batch_size=2, start_method=start_method))
     envs.async_reset()
     deadline = time.monotonic() + 10  # found at the first recv after its exit is visible
     with pytest.raises(WorkerDiedError, match="worker 1 \\(envs 2..3"):
