@@ -12,7 +12,6 @@ Gymnasium's own). With the same seeds and actions it returns exactly what
 from __future__ import annotations
 
 import copy as copy_module
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -137,12 +136,13 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
         obs_space_match = gym_spaces.obs_space_match(observation_mode)
         options = PoolOptions.from_kwargs(type(self).__name__, n_workers=n_workers, **pool_options)
         self.batch_size = checked_batch_size(batch_size, len(env_fns) if isinstance(env_fns, Sequence) else None)
-        async_batches = self.batch_size is not None and self.batch_size < len(env_fns)
-        if async_batches and options.n_workers is None and options.main_shard is None:
-            options = dataclasses.replace(options, main_shard=False)  # every env steps beside the policy
         try:
             self._pool: Engine = make_pool(
-                env_fns, options, autoreset_mode=self.autoreset_mode, obs_space_match=obs_space_match
+                env_fns,
+                options,
+                autoreset_mode=self.autoreset_mode,
+                obs_space_match=obs_space_match,
+                batch_size=self.batch_size,
             )
         except SpaceMismatchError as exc:
             if exc.space == "observation" and observation_mode == "different":

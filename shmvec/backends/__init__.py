@@ -19,7 +19,8 @@ def make_pool(
     :class:`~shmvec.backends.ray.RayPool` (``"ray"``, imported only then): both meet
     :class:`~shmvec.engine.interface.Engine`.
 
-    ``engine_kwargs`` (autoreset_mode, env_wrapper, obs_space_match) go to the engine as given.
+    ``engine_kwargs`` (autoreset_mode, env_wrapper, obs_space_match, obs_buffers, batch_size) go to the
+    engine as given.
     """
     options = options or PoolOptions()
     if options.backend == "ray":

@@ -97,6 +97,7 @@ class RayPool(EngineBase):
             is per node.
         autoreset_mode, env_wrapper, obs_space_match, obs_buffers: as :class:`~shmvec.engine.pool.ShmPool`'s
             (the double buffers are the driver's: the nodes' pools copy into Ray's object store).
+        batch_size: as ShmPool's; not passed on: a node's pool steps each call's envs together.
     """
 
     def __init__(
@@ -108,6 +109,7 @@ class RayPool(EngineBase):
         env_wrapper: Callable[[gym.Env], gym.Env] | None = None,
         obs_space_match: Callable[[gym.Space, gym.Space], bool] = operator.eq,
         obs_buffers: int = 1,
+        batch_size: int | None = None,
     ):
         env_fns = check_env_fns(env_fns)
         self.options = options

@@ -183,10 +183,15 @@ def choose(
     main_shard: bool | None = None,
     max_spin: float = 200e-6,
     scale: float = 1.0,
+    batch_size: int | None = None,
 ) -> Plan:
     """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
 
     ``scale``: how much slower than the calibration machine this one runs Python (:func:`machine_scale`).
+    ``batch_size`` (fewer than ``num_envs``): the caller collects in async batches, so every env
+    runs in a worker (``main_shard`` False unless given), stepping one batch while the caller
+    works on another; the worker count is the one a synchronous step would use, and the reason
+    says so rather than predict a synchronous speed-up.
 
     Example:
         >>> plan = choose(num_envs=64, cores=2, t_env=8e-6)       # CartPole-like: a main shard pays
@@ -202,6 +207,9 @@ def choose(
         >>> plan.n_workers, plan.main_shard
         (0, True)
     """
+    batched = batch_size is not None and batch_size < num_envs
+    if batched and main_shard is None:
+        main_shard = False  # the main process runs the caller: every env steps beside it
     timed = [
         (predicted_step_time(num_envs, cores, t_env, k, main, scale), k, main)
         for k, main in candidates(num_envs, cores, main_shard)
@@ -211,9 +219,10 @@ def choose(
     # No env in the main process if that is near the best, then the fastest, then fewest processes.
     step, k, main = min(near, key=lambda c: (c[2], c[0], c[1]))
     serial = predicted_step_time(num_envs, cores, t_env, 0, True, scale)
-    reason = (
-        f"auto: {t_env * 1e6:.1f} µs/env step, {cores} cores, "
-        f"predicted {serial / step:.2f}x in-process in a training loop"
+    reason = f"auto: {t_env * 1e6:.1f} µs/env step, {cores} cores, " + (
+        f"async batches of {batch_size}: the workers step one while the caller works on another"
+        if batched
+        else f"predicted {serial / step:.2f}x in-process in a training loop"
     )
     return _with_waits(num_envs, cores, t_env, k, main, max_spin, reason, scale)
 
@@ -326,8 +335,11 @@ def _step_or_reset(env, action) -> None:
         env.reset()
 
 
-def plan_pool(n_workers: int | None, main_shard: bool | None, max_spin: float, env_fns, env_wrapper=None) -> Plan:
-    """The plan for a pool of ``env_fns``: :func:`explicit` if ``n_workers`` is set, else timed and chosen.
+def plan_pool(
+    n_workers: int | None, main_shard: bool | None, max_spin: float, env_fns, env_wrapper=None, batch_size=None
+) -> Plan:
+    """The plan for a pool of ``env_fns``: :func:`explicit` if ``n_workers`` is set, else timed and
+    chosen (for async batches of ``batch_size``, if given: see :func:`choose`).
 
     If timing fails (``env_fns[0]`` raises), the envs run in one worker per core, so that
     the start-up reports the error from the worker with its traceback.
@@ -342,7 +354,7 @@ def plan_pool(n_workers: int | None, main_shard: bool | None, max_spin: float, e
             k = min(num_envs, cores) - bool(main_shard)
             plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto: timing env 0 failed ({type(exc).__name__})")
         else:
-            plan = choose(num_envs, cores, t_env, main_shard, max_spin, machine_scale())
+            plan = choose(num_envs, cores, t_env, main_shard, max_spin, machine_scale(), batch_size)
     logger.info("shmvec pool of %d envs: %s", num_envs, describe_plan(plan))
     return plan
 

@@ -116,6 +116,8 @@ class ShmPool(WorkerWaits, EngineBase):
             each :meth:`reset` of every env writes the other buffer, and :attr:`obs_leaves`
             then names it, so the caller may read the previous observations, in place,
             until the call after next starts (SB3's ``_last_obs``, zero-copy).
+        batch_size: the caller collects in async batches of this many envs (``send``/``recv``),
+            which the automatic plan runs in workers only (:func:`~shmvec.engine.plan.choose`).
     """
 
     def __init__(
@@ -127,6 +129,7 @@ class ShmPool(WorkerWaits, EngineBase):
         env_wrapper: Callable[[gym.Env], gym.Env] | None = None,
         obs_space_match: Callable[[gym.Space, gym.Space], bool] = operator.eq,
         obs_buffers: int = 1,
+        batch_size: int | None = None,
     ):
         check_not_bootstrapping()  # a worker re-importing an unguarded main script stops here
         env_fns = check_env_fns(env_fns)
@@ -134,7 +137,7 @@ class ShmPool(WorkerWaits, EngineBase):
         self.num_envs = len(env_fns)
         if options.n_workers is not None:
             options.workers_for(self.num_envs)  # an explicit count is checked, then obeyed
-        self.plan = plan_pool(options.n_workers, options.main_shard, options.max_spin, env_fns, env_wrapper)
+        self.plan = plan_pool(options.n_workers, options.main_shard, options.max_spin, env_fns, env_wrapper, batch_size)
         self.n_workers, self.main_shard = self.plan.n_workers, self.plan.main_shard
         self.shards = lay.shard_bounds(self.num_envs, self.n_workers + self.main_shard)
         self._shard_starts = [start for start, _ in self.shards]

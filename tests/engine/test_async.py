@@ -377,3 +377,11 @@ def test_an_async_reset_reply_is_not_mistaken_for_a_send_result_before_it(closin
         results[int(infos["env_id"][0])] = (rewards[0], dict(infos))
     assert results[0][0] == 0.0 and "slow" not in results[0][1], "env 0: its reset"
     assert results[1][0] == 1.0 and results[1][1]["slow"].tolist() == [True], "env 1: its step, with its info"
+
+
+def test_the_automatic_plan_runs_async_batches_in_workers_and_says_why(closing):
+    envs = closing(ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 4, batch_size=2, start_method="fork"))
+    assert envs.n_workers >= 1 and "main_shard=False" in repr(envs)
+    assert "async batches of 2: the workers step one while the caller works on another" in repr(envs)
+    synchronous = closing(ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 4, start_method="fork"))
+    assert "predicted" in repr(synchronous) and "async" not in repr(synchronous)

@@ -79,6 +79,15 @@ def test_main_shard_given_restricts_the_choice():
     assert choose(64, CORES, 7e-6, main_shard=False).main_shard is False
 
 
+@pytest.mark.parametrize("cores, t_env", [(2, 9e-6), (2, 1e-3), (16, 9e-6), (16, 1e-3)])
+def test_async_batches_run_every_env_in_a_worker(cores, t_env):
+    sync, batched = choose(16, cores, t_env, main_shard=False), choose(16, cores, t_env, batch_size=8)
+    assert (batched.n_workers, batched.main_shard) == (sync.n_workers, False)
+    assert "async batches of 8" in batched.reason and "predicted" not in batched.reason
+    assert choose(16, cores, t_env, batch_size=16) == choose(16, cores, t_env)  # a full batch is a synchronous step
+    assert choose(16, cores, t_env, main_shard=True, batch_size=8).main_shard is True  # as given
+
+
 def test_candidates_are_every_lane_count_up_to_the_cores():
     assert candidates(8, 2) == [(0, True), (1, False), (1, True), (2, False)]
     assert candidates(1, 4) == [(0, True), (1, False)]
