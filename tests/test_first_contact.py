@@ -53,3 +53,28 @@ def test_a_script_without_the_main_guard_works_under_fork(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "stepped" in result.stdout
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def run_from_stdin(start_method: str | None, tmp_path) -> subprocess.CompletedProcess:
+    option = "" if start_method is None else f", start_method={start_method!r}"
+    script = UNGUARDED_SCRIPT.format(start_method=option)
+    return subprocess.run(
+        [sys.executable, "-"], input=script, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT
+    )
+
+
+@pytest.mark.parametrize("start_method", [None, "spawn"], ids=["default", "spawn"])
+def test_a_script_piped_through_stdin_gets_one_clear_error(start_method, tmp_path):
+    """``python - < script.py``: the workers cannot re-import ``<stdin>``; say so before starting them."""
+    result = run_from_stdin(start_method, tmp_path)
+    report = f"exit code {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+    assert result.returncode != 0, report
+    assert "MainModuleError" in result.stderr and "'<stdin>'" in result.stderr, report
+    assert "Save it to a file" in result.stderr and 'start_method="fork"' in result.stderr, report
+    assert result.stderr.count("Traceback") == 1, report  # no worker was started
+
+
+def test_a_script_piped_through_stdin_works_under_fork(tmp_path):
+    result = run_from_stdin("fork", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "stepped" in result.stdout

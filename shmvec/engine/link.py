@@ -44,7 +44,7 @@ class WorkerLink:
         self.finished = Signal.create()  # one post per env the worker puts in its outbox: publishes its rows
         self.conn: Any = None
         self.process: Any = None
-        self._exit_watch: Any = None  # forkserver: a poll on the sentinel the server writes the exit code to
+        self._exit_watch: ExitWatch | None = None  # forkserver: exitcode asks the server (~10 µs); this polls (~1)
         self.ctrl: np.ndarray | None = None  # its row of the control block, once the arena exists
         self.owes = IDLE
         self.send_replies: deque[SendReply] = deque()  # read ahead of a rare call's reply
@@ -64,9 +64,8 @@ class WorkerLink:
         args = (self.index, child_conn, blob, self.start, names, max_spin, worker_threads, os.getpid())
         self.process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"shmvec-worker-{self.index}")
         self.process.start()
-        if ctx.get_start_method() == "forkserver":  # its exitcode polls the sentinel through selectors: ~10 µs, not ~1
-            self._exit_watch = select.poll()
-            self._exit_watch.register(self.process.sentinel, select.POLLIN)
+        if ctx.get_start_method() == "forkserver":
+            self._exit_watch = ExitWatch.of(self.process.pid)
         child_conn.close()
         self.owes = AWAIT_PAYLOAD  # its Hello
 
@@ -136,7 +135,7 @@ class WorkerLink:
         """How the worker died (``None`` while it lives)."""
         process = self.process
         watch = self._exit_watch
-        if process is None or (watch is not None and not watch.poll(0)) or process.exitcode is None:
+        if process is None or (watch is not None and not watch.exited()) or process.exitcode is None:
             return None
         return f"worker {self.index} ({self.envs}, pid {process.pid}) died with {describe_exit(process.exitcode)}"
 
@@ -177,8 +176,14 @@ class WorkerLink:
             process.join(1.0)
         if process.exitcode is None:
             process.kill()
-            process.join()
-        process.close()
+        self.release_process()
+
+    def release_process(self) -> None:
+        """Reap the exited process and close its handles."""
+        self.process.join()
+        self.process.close()
+        if self._exit_watch is not None:
+            self._exit_watch.close()
         self.process = self._exit_watch = None
 
     def close_pipe(self) -> None:
@@ -191,6 +196,32 @@ class WorkerLink:
         self.done.close()
         self.finished.close()
         self.ctrl = None
+
+
+class ExitWatch:
+    """Whether a process has exited, in one ``poll`` of its pidfd (readable from its exit on).
+
+    Not the process's sentinel: under forkserver, reading ``exitcode`` (a join) consumes it.
+    """
+
+    def __init__(self, pidfd: int):
+        self.pidfd = pidfd
+        self._poll = select.poll()
+        self._poll.register(pidfd, select.POLLIN)
+
+    @classmethod
+    def of(cls, pid: int) -> ExitWatch | None:
+        """A watch on ``pid``, or None where pidfds are missing (not Linux >= 5.3): then ask exitcode."""
+        try:
+            return cls(os.pidfd_open(pid))
+        except (AttributeError, OSError):
+            return None
+
+    def exited(self) -> bool:
+        return bool(self._poll.poll(0))
+
+    def close(self) -> None:
+        os.close(self.pidfd)
 
 
 def mp_context(start_method: str) -> Any:

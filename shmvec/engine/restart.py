@@ -117,9 +117,7 @@ class Restarter:
         )
         self.count += 1
         self.claimed.discard(link.index)
-        old.join()  # reaped already (exitcode is set): returns at once
-        old.close()
-        link.process = None
+        link.release_process()  # reaped already (exitcode is set): returns at once
         link.conn.close()
         self._forget_old(link)
         self.info_reader.forget(link.index, link.start, link.stop)  # the new one learns its info schemas anew

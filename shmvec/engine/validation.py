@@ -6,6 +6,7 @@ import multiprocessing as mp
 import numbers
 import operator
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 from gymnasium import spaces
 
 from shmvec.engine.failures import UNGUARDED_MAIN_EXIT
-from shmvec.errors import InvalidActionError, SpaceMismatchError
+from shmvec.errors import InvalidActionError, MainModuleError, SpaceMismatchError
 
 
 def checked_column(values: object, view: np.ndarray, leaf_space: spaces.Space, context: str) -> np.ndarray:
@@ -192,6 +193,21 @@ def check_not_bootstrapping() -> None:
     process = mp.current_process()
     if getattr(process, "_inheriting", False) and process.name.startswith("shmvec-worker-"):
         os._exit(UNGUARDED_MAIN_EXIT)
+
+
+def check_main_importable(start_method: str) -> None:
+    """Raise before starting workers that could not re-import the main script (forkserver, spawn).
+
+    A script piped through standard input is ``__main__`` with ``__file__ == "<stdin>"``:
+    multiprocessing has every worker open that path, and each dies with a traceback.
+    """
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if start_method != "fork" and path is not None and not os.path.isfile(path):
+        raise MainModuleError(
+            f"with start_method={start_method!r} every worker re-imports your main script, but it is not a file "
+            f"they can read ({path!r}: piped through standard input?). Save it to a file and run that, or pass "
+            'start_method="fork".'
+        )
 
 
 def seconds(timeout: Any) -> float | None:

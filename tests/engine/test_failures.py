@@ -506,3 +506,24 @@ def test_ctrl_c(tmp_path, start_method, adapter, target):
     assert closed and float(closed[0].split()[1]) < QUICK, out
     assert all(gone(p) for p in pids)
     assert not shm_of(proc.pid)
+
+
+def test_a_forkserver_workers_exit_stays_visible_after_a_join():
+    """A join reads the exit code from the forkserver's sentinel; the link's exit watch must not rely on it."""
+    import multiprocessing as mp
+
+    from shmvec.engine.link import ExitWatch
+
+    process = mp.get_context("forkserver").Process(target=time.sleep, args=(0.3,))
+    process.start()
+    watch = ExitWatch.of(process.pid)
+    try:
+        assert watch is not None, "pidfds are missing on this machine"
+        assert not watch.exited()
+        process.join(10)
+        assert process.exitcode == 0
+        assert watch.exited() and watch.exited()  # and it stays so
+    finally:
+        process.join(10)
+        if watch is not None:
+            watch.close()
