@@ -265,7 +265,7 @@ def test_env_error_names_the_env_and_the_pool_goes_on(closing):
         envs.send(np.zeros(2, np.int64))
 
 
-@pytest.mark.parametrize("start_method", ["fork", "forkserver"])  # forkserver: its death is read from the sentinel
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])  # forkserver: its death is watched through a pidfd
 def test_dead_worker_raises(closing, start_method):
     envs = closing(ShmVectorEnv(env_fns("exit", at=1), 2, batch_size=2, start_method=start_method))
     envs.async_reset()
