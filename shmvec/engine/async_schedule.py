@@ -166,8 +166,9 @@ class AsyncSchedule(EnvStates):
         env_ids = np.array(ids, dtype=np.int64)
         records = [self.records.pop(i) for i in ids if i in self.records]
         if self.final_flag is not None:
-            ended = env_ids[self.final_flag[env_ids] & (self.terminated[env_ids] | self.truncated[env_ids])]
-            records = with_shm_finals(records, self.final_obs, np.sort(ended))
+            ended = np.sort(env_ids[self.final_flag[env_ids] & (self.terminated[env_ids] | self.truncated[env_ids])])
+            records = with_shm_finals(records, self.final_obs, ended)
+            self.final_flag[ended] = False  # taken
         self.caller.returned()
         return env_ids, {record.env_index: record for record in self.pickled.keep_obs(records)}
 

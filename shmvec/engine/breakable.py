@@ -34,7 +34,8 @@ class Breakable:
     def ensure_can_step(self, beside_sends: bool = False) -> None:
         """Raise at once if a step cannot start now (closed, broken, or a call pending).
         ``beside_sends``: async sends in flight do not stop it (an async reset of other envs)."""
-        self.check_usable()
+        if self.closed or self._broken is not None:
+            self.check_usable()
         if self.pending == "step":
             raise AlreadyPendingError(
                 "step_async() called while a step is already pending; call step_wait() first", "step"

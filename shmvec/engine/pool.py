@@ -269,13 +269,14 @@ class ShmPool(WorkerWaits, EngineBase):
         self.settle()
         if len(self._obs_buffers) > 1:
             self._next_obs_buffer()
-        next_wait = self._next_wait()
         self.caller.step()
-        for link in self.links:
-            link.ctrl[lay.CTRL_NEXT_WAIT] = next_wait  # before the post: the worker reads it after the step
-            link.post(_COMMAND_STEP)
-            if blobs is not None:
-                self.pickled.send(link, blobs[link.index])
+        if self.links:
+            next_wait = self._next_wait()
+            for link in self.links:
+                link.ctrl[lay.CTRL_NEXT_WAIT] = next_wait  # before the post: the worker reads it after the step
+                link.post(_COMMAND_STEP)
+                if blobs is not None:
+                    self.pickled.send(link, blobs[link.index])
         self.pending = "step"
 
     def _next_wait(self) -> int:
@@ -295,7 +296,7 @@ class ShmPool(WorkerWaits, EngineBase):
             except EnvFailed as failure:
                 main_failure = failure
         dead: list[WorkerLink] | None = [] if self.restarter else None
-        replies = self.collect(self.links, timeout, dead)
+        replies = self.collect(self.links, timeout, dead) if self.links else []
         if main_failure is not None:
             raise main_shard_error(main_failure)
         for link in dead or ():
@@ -305,12 +306,13 @@ class ShmPool(WorkerWaits, EngineBase):
         records = self.pickled.keep_obs(
             [r for reply in replies for r in reply] + main_infos if any(replies) else main_infos
         )
-        if _count_nonzero(self.info_reader.codes):  # infos that came in shared rows
+        if self.links and _count_nonzero(self.info_reader.codes):  # infos workers wrote in shared rows
             records = _merged(records, [StepInfo(i, info) for i, info in self.info_reader.infos()])
-        if self._final_flag is not None:
-            done = self.terminated | self.truncated
-            if _count_nonzero(done):  # ~0.3 µs when no episode ended, instead of ~1.9 for flatnonzero
-                records = with_shm_finals(records, self._final_obs, (self._final_flag & done).nonzero()[0])
+        flags = self._final_flag
+        if flags is not None and _count_nonzero(flags):  # one count (~0.3 µs) while no episode ends
+            ended = (flags & (self.terminated | self.truncated)).nonzero()[0]  # not a flag an async step left
+            records = with_shm_finals(records, self._final_obs, ended)
+            flags[ended] = False  # taken
         self.caller.returned()
         return records
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import numbers
 import operator
@@ -45,7 +46,7 @@ def checked_column(values: object, view: np.ndarray, leaf_space: spaces.Space, c
             f"expected {context} of shape {view.shape} (num_envs={view.shape[0]}, action space "
             f"{leaf_space}), got shape {column.shape}"
         )
-    if np.can_cast(column.dtype, view.dtype, casting="same_kind"):
+    if _same_kind(column.dtype, view.dtype):
         return column
     if column.dtype.kind in "biu" and view.dtype.kind in "iu":  # signed ints for an unsigned space
         return column
@@ -55,6 +56,12 @@ def checked_column(values: object, view: np.ndarray, leaf_space: spaces.Space, c
         f"{context} of dtype {column.dtype} are not of the kind of the action space's dtype "
         f"{view.dtype}; pass {view.dtype} actions"
     )
+
+
+@functools.cache
+def _same_kind(given: np.dtype, expected: np.dtype) -> bool:
+    """``np.can_cast(given, expected, casting="same_kind")``, remembered: ~1 µs a step, ~0.1 cached."""
+    return bool(np.can_cast(given, expected, casting="same_kind"))
 
 
 def split_actions(actions: object, space: spaces.Space, n_envs: int) -> dict[tuple[Any, ...], list[Any]]:

@@ -190,7 +190,8 @@ class ArenaLayout:
     ) -> ArenaLayout:
         """Place every buffer. ``final_obs`` adds a row per env for the last observation of
         an episode (same-step auto-reset, flat observations only), so that an episode end
-        needs no pickling: ``FINAL_OBS`` holds it and ``FINAL_FLAG[i]`` says it is there.
+        needs no pickling: ``FINAL_OBS`` holds it and ``FINAL_FLAG[i]`` says it is there (the
+        main process clears the flag once it took the row).
         ``obs_buffers=2`` gives every observation leaf a second buffer, so that a step can
         write one while the caller still reads the other (see :meth:`obs_views`). An action
         leaf gets byte rows that :class:`~shmvec.ipc.action_rows.ActionRows` sees in the dtype

@@ -34,7 +34,8 @@ def without_env_id(result):
 @pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
 @pytest.mark.parametrize("name", list(FACTORIES))
 def test_full_batches_equal_reset_and_step(name, mode, closing):
-    """batch_size == num_envs: async_reset + recv is reset(), send + recv is step(), bit for bit."""
+    """batch_size == num_envs: async_reset + recv is reset(), send + recv is step(), bit for bit,
+    also with step() calls between them (each episode end reported once, by the call that ended it)."""
     fn = FACTORIES[name]
     shm = closing(ShmVectorEnv([fn] * 5, 2, autoreset_mode=mode, start_method="fork"))
     ref = closing(SyncVectorEnv([fn] * 5, autoreset_mode=mode))
@@ -48,8 +49,11 @@ def test_full_batches_equal_reset_and_step(name, mode, closing):
     ended_total = 0
     for t in range(150):
         actions = ref.action_space.sample()
-        shm.send(actions)
-        got = without_env_id(shm.recv())
+        if t % 3 == 2:
+            got = shm.step(actions)
+        else:
+            shm.send(actions)
+            got = without_env_id(shm.recv())
         want = ref.step(actions)
         assert_same(got, want, f"step {t}")
         ended = want[2] | want[3]
