@@ -1,7 +1,7 @@
 """How a pool runs when nobody said: worker count, main shard and wait policy.
 
-``n_workers=None`` (the default) times the env at start-up (:func:`time_env_step`: one
-extra env built in the main process from ``env_fns[0]``, a few random steps within
+``n_workers=None`` (the default) times the env at start-up (:func:`time_env_and_machine`:
+one extra env built in the main process from ``env_fns[0]``, a few random steps within
 ~50 ms, closed again) and picks, among
 
 - everything in the main process (``n_workers=0, main_shard=True``),
@@ -16,8 +16,8 @@ for ``P`` up to the usable cores, the one the overhead model predicts fastest::
 :data:`T_SYNC_BLOCK` when the main process waiting for workers would need one more),
 that is ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env / P + t_overhead)``. The
 overheads are Python work (adapters, pool, worker loops), so they are scaled by how
-fast this machine runs Python (:func:`machine_scale`, a ~10 ms reference loop timed
-beside the env): on a machine slower than the calibration one, the round trips cost
+fast this machine runs Python (a reference loop timed in turns with the env, see
+:func:`time_env_and_machine`): on a machine slower than the calibration one, the round trips cost
 more, and unscaled overheads would send a few light envs to workers where staying
 in-process is faster.
 
@@ -37,7 +37,7 @@ plan runs faster than the model says. Among the candidates within
 process (heavy envs then run isolated in workers at no cost).
 
 An explicit ``n_workers=K`` is obeyed as given (``main_shard`` only if asked); only the
-wait policy is chosen. Everything here but :func:`time_env_step` and
+wait policy is chosen. Everything here but :func:`time_env_and_machine` and
 :func:`usable_cores` is pure: :func:`choose` is unit-tested with injected timings and
 is what ``python -m shmvec.tune`` recommends.
 
@@ -81,6 +81,7 @@ ISOLATION_TOLERANCE = 0.05  # give up at most 5 % of predicted speed to keep env
 TIMING_BUDGET = 0.05  # seconds spent timing the env at start-up
 TIMING_MAX_STEPS = 400
 TIMING_BATCH = 10  # steps per timed batch; the median batch is kept (a first call or a hiccup is not)
+TIMING_REFERENCE_LOOPS = 5  # reference_loop() calls timed after each batch (~30-70 µs)
 # A main process with no shard, beside workers on every core, spins at most this long (about
 # three wake-ups): it shares a core with a worker, and spinning through a longer shard slows
 # that worker more than a wake-up costs.
@@ -147,7 +148,7 @@ def predicted_step_time(
     caller_computes: bool = True,
 ) -> float:
     """Seconds per synchronous vector step of this configuration (the overhead model);
-    ``scale`` multiplies the overheads (:func:`machine_scale`). ``caller_computes``: the
+    ``scale`` multiplies the overheads (:func:`time_env_and_machine`). ``caller_computes``: the
     caller runs a policy between steps, so workers wake up from a blocked wait each step
     and the policy's threads pay :data:`T_CALLER_TAX` (``False``: a bare stepping loop,
     where they spin)."""
@@ -187,7 +188,7 @@ def choose(
 ) -> Plan:
     """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
 
-    ``scale``: how much slower than the calibration machine this one runs Python (:func:`machine_scale`).
+    ``scale``: how much slower than the calibration machine this one runs Python (:func:`time_env_and_machine`).
     ``batch_size`` (fewer than ``num_envs``): the caller collects in async batches, so every env
     runs in a worker (``main_shard`` False unless given), stepping one batch while the caller
     works on another; the worker count is the one a synchronous step would use, and the reason
@@ -272,33 +273,39 @@ def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason,
     return Plan(n_workers, main_shard, worker_spin, main_spin, reason, t_env, tight_loop_spin=True)
 
 
-def time_env_step(
+def time_env_and_machine(
     env_fn: Callable[[], object], budget: float = TIMING_BUDGET, max_steps: int = TIMING_MAX_STEPS
-) -> float:
-    """Seconds per ``step()`` of one env built by ``env_fn`` (resets included), within ~``budget``.
+) -> tuple[float, float]:
+    """Seconds per ``step()`` of one env built by ``env_fn`` (resets included), and how many
+    times slower than the calibration machine this one runs :func:`reference_loop` (the
+    ``scale`` of the overheads), timed in turns within ~``budget``.
 
-    The env is built in this process, reset, stepped with random actions (its action
-    space seeded with 0) in batches of :data:`TIMING_BATCH`, and closed; the median
-    batch is kept, so that one slow call (a first allocation, another process) does not
-    decide.
+    The plan depends on their ratio alone, so they are timed in turns: whatever slows this
+    process meanwhile (another process on its core, a first run after an install) slows
+    both alike and leaves the plan as it would be. The env is built in this process, reset,
+    stepped with random actions (its action space seeded with 0) in batches of
+    :data:`TIMING_BATCH`, each followed by :data:`TIMING_REFERENCE_LOOPS` reference loops,
+    and closed; the median batch of each is kept, so that one slow call does not decide.
     """
     env = env_fn()
     try:
         env.action_space.seed(0)
         env.reset(seed=0)
         _step_or_reset(env, env.action_space.sample())  # warm-up: first calls allocate
-        batches: list[float] = []
+        reference_loop()
+        env_batches: list[float] = []
+        loop_batches: list[float] = []
         deadline = time.perf_counter() + budget
-        while len(batches) * TIMING_BATCH < max_steps:
+        while len(env_batches) * TIMING_BATCH < max_steps:
             actions = [env.action_space.sample() for _ in range(TIMING_BATCH)]  # drawn untimed
             start = time.perf_counter()
             for action in actions:
                 _step_or_reset(env, action)
-            end = time.perf_counter()
-            batches.append((end - start) / TIMING_BATCH)
-            if end > deadline:
+            env_batches.append((time.perf_counter() - start) / TIMING_BATCH)
+            loop_batches.append(_time_reference_loops())
+            if time.perf_counter() > deadline:
                 break
-        return statistics.median(batches)
+        return statistics.median(env_batches), statistics.median(loop_batches) / REFERENCE_LOOP_TIME
     finally:
         env.close()
 
@@ -317,16 +324,12 @@ def reference_loop() -> None:
     (flags | flags).nonzero()
 
 
-def machine_scale(repeats: int = 50, batches: int = 9) -> float:
-    """How many times slower than the calibration machine this one runs :func:`reference_loop`
-    (the median of ``batches`` timings, ~10 ms in all); it scales the model's overheads."""
-    times = []
-    for _ in range(batches):
-        start = time.perf_counter()
-        for _ in range(repeats):
-            reference_loop()
-        times.append((time.perf_counter() - start) / repeats)
-    return statistics.median(times) / REFERENCE_LOOP_TIME
+def _time_reference_loops() -> float:
+    """Seconds per :func:`reference_loop`, over :data:`TIMING_REFERENCE_LOOPS` calls."""
+    start = time.perf_counter()
+    for _ in range(TIMING_REFERENCE_LOOPS):
+        reference_loop()
+    return (time.perf_counter() - start) / TIMING_REFERENCE_LOOPS
 
 
 def _step_or_reset(env, action) -> None:
@@ -349,12 +352,12 @@ def plan_pool(
         plan = explicit(num_envs, cores, n_workers, bool(main_shard), max_spin)
     else:
         try:
-            t_env = time_env_step(_wrapped(env_fns[0], env_wrapper))
+            t_env, scale = time_env_and_machine(_wrapped(env_fns[0], env_wrapper))
         except Exception as exc:  # reported again, properly, when a worker builds it
             k = min(num_envs, cores) - bool(main_shard)
             plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto: timing env 0 failed ({type(exc).__name__})")
         else:
-            plan = choose(num_envs, cores, t_env, main_shard, max_spin, machine_scale(), batch_size)
+            plan = choose(num_envs, cores, t_env, main_shard, max_spin, scale, batch_size)
     logger.info("shmvec pool of %d envs: %s", num_envs, describe_plan(plan))
     return plan
 

@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ImportError) as exc:
         parser.error(str(exc))
     cores = autoconfig.usable_cores()
-    t_env, scale = autoconfig.time_env_step(env_fn), autoconfig.machine_scale()
+    t_env, scale = autoconfig.time_env_and_machine(env_fn)  # as n_workers=None times them
     plan = autoconfig.choose(args.num_envs, cores, t_env, scale=scale)  # what n_workers=None would choose
     rows = plan_rows(env_fn, args.num_envs, cores, t_env, scale, caller_computes=policy is not None)
     advance, close = _progress_bar(len(rows) * (args.repeats + 1))

@@ -149,9 +149,34 @@ def test_time_env_step_measures_and_closes():
             closed.append(True)
             super().close()
 
-    t_fast = autoconfig.time_env_step(cartpole)
-    t_slow = autoconfig.time_env_step(lambda: Slow(cartpole()))
+    t_fast, scale_fast = autoconfig.time_env_and_machine(cartpole)
+    t_slow, scale_slow = autoconfig.time_env_and_machine(lambda: Slow(cartpole()))
     assert 0 < t_fast < t_slow and closed == [True]
+    assert scale_fast > 0 and scale_slow > 0
+
+
+class TickClock:
+    """A fake ``time.perf_counter`` that advances one tick per call: 1 ms, or 2 ms while it
+    reads less than ``slowed`` (another process took half the core): every timed interval
+    reads one tick."""
+
+    def __init__(self, slowed: float = 0.0):
+        self.now, self.slowed = 0.0, slowed
+
+    def __call__(self) -> float:
+        self.now += 2e-3 if self.now < self.slowed else 1e-3
+        return self.now
+
+
+def test_a_slowdown_over_most_of_the_timing_slows_the_env_and_the_machine_alike(monkeypatch):
+    """The plan depends on t_env / scale alone: a slowdown over most of the timing window
+    must move both, not the env's time alone (as timing one after the other would)."""
+    monkeypatch.setattr(autoconfig.time, "perf_counter", TickClock())
+    t_env, scale = autoconfig.time_env_and_machine(cartpole)
+    monkeypatch.setattr(autoconfig.time, "perf_counter", TickClock(slowed=0.8 * autoconfig.TIMING_BUDGET))
+    t_slowed, scale_slowed = autoconfig.time_env_and_machine(cartpole)
+    assert t_slowed == pytest.approx(2 * t_env)  # the median batch was slowed
+    assert t_slowed / scale_slowed == pytest.approx(t_env / scale)
 
 
 # ==== pools built with n_workers=None ======================================================
@@ -237,10 +262,12 @@ def test_a_slower_machine_keeps_few_light_envs_in_process():
     assert predicted_step_time(64, CORES, 7e-6, 1, True, scale=2.0) > predicted_step_time(64, CORES, 7e-6, 1, True)
 
 
-def test_machine_scale_times_the_reference_loop(monkeypatch):
-    clock = iter(range(0, 1000, 2))  # every timed batch takes 2 s on the fake clock
+def test_the_machine_scale_is_the_reference_loops_time_against_the_calibration(monkeypatch):
+    clock = iter(range(0, 10_000, 2))  # every timed stretch takes 2 s on the fake clock
     monkeypatch.setattr(autoconfig.time, "perf_counter", lambda: next(clock))
-    assert autoconfig.machine_scale(repeats=4, batches=3) == pytest.approx(0.5 / autoconfig.REFERENCE_LOOP_TIME)
+    t_env, scale = autoconfig.time_env_and_machine(cartpole)
+    assert t_env == pytest.approx(2 / autoconfig.TIMING_BATCH)
+    assert scale == pytest.approx(2 / autoconfig.TIMING_REFERENCE_LOOPS / autoconfig.REFERENCE_LOOP_TIME)
 
 
 def test_async_batches_put_every_env_in_a_worker_unless_told_otherwise(closing):
