@@ -34,11 +34,7 @@ gives torch's threads to the workers' cores (:mod:`~shmvec.engine.caller_threads
 a worker would cost less than this. In a bare stepping loop the waits spin, and the same
 plan runs faster than the model says. Among the candidates within
 :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env in the main
-process (heavy envs then run isolated in workers at no cost), but never one whose
-workers take every core while the main process waits beside them: in a training loop
-that costs more than the model's wake-ups (SB3 PPO on Breakout, N=8, 2 cores: rollout
-1.19x DummyVecEnv with two workers, 1.39x with the main process and one worker, medians
-of 5 runs taking turns), so the main process steps a shard there instead.
+process (heavy envs then run isolated in workers at no cost).
 
 An explicit ``n_workers=K`` is obeyed as given (``main_shard`` only if asked); only the
 wait policy is chosen. Everything here but :func:`time_env_and_machine` and
@@ -190,8 +186,7 @@ def choose(
     scale: float = 1.0,
     batch_size: int | None = None,
 ) -> Plan:
-    """The configuration the model predicts fastest, preferring envs out of the main process on
-    near-ties where that leaves the main process a core of its own.
+    """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
 
     ``scale``: how much slower than the calibration machine this one runs Python (:func:`time_env_and_machine`).
     ``batch_size`` (fewer than ``num_envs``): the caller collects in async batches, so every env
@@ -206,12 +201,9 @@ def choose(
         >>> plan = choose(num_envs=8, cores=2, t_env=8e-6)        # ... but not for a few of them
         >>> plan.n_workers, plan.main_shard
         (0, True)
-        >>> plan = choose(num_envs=8, cores=16, t_env=1e-3)       # heavy, cores to spare: isolated in workers
+        >>> plan = choose(num_envs=8, cores=2, t_env=1e-3)        # heavy: workers cost nothing extra
         >>> plan.n_workers, plan.main_shard
-        (8, False)
-        >>> plan = choose(num_envs=8, cores=2, t_env=1e-3)        # ... not where workers would take every core
-        >>> plan.n_workers, plan.main_shard
-        (1, True)
+        (2, False)
         >>> plan = choose(num_envs=2, cores=2, t_env=20e-6, scale=3.0)  # a slow machine: round trips cost more
         >>> plan.n_workers, plan.main_shard
         (0, True)
@@ -219,10 +211,10 @@ def choose(
     batched = batch_size is not None and batch_size < num_envs
     if batched and main_shard is None:
         main_shard = False  # the main process runs the caller: every env steps beside it
-    pairs = candidates(num_envs, cores, main_shard)
-    if main_shard is None:  # workers on every core and the main process waiting beside them: not on offer
-        pairs = [(k, main) for k, main in pairs if main or k < cores]
-    timed = [(predicted_step_time(num_envs, cores, t_env, k, main, scale), k, main) for k, main in pairs]
+    timed = [
+        (predicted_step_time(num_envs, cores, t_env, k, main, scale), k, main)
+        for k, main in candidates(num_envs, cores, main_shard)
+    ]
     best = min(t for t, _, _ in timed)
     near = [(t, k, main) for t, k, main in timed if best / t >= 1.0 - ISOLATION_TOLERANCE]
     # No env in the main process if that is near the best, then the fastest, then fewest processes.
