@@ -47,12 +47,15 @@ def test_smoke_training_writes_results_markdown_and_plot(tmp_path):
                 "--repeats",
                 "1",
                 "--out",
-                str(tmp_path),
+                str(tmp_path / "training"),
+                "--report",
+                str(tmp_path / "report.md"),
             ]
         )
         == 0
     )
-    results = json.loads((tmp_path / "results.json").read_text())
+    out = tmp_path / "training"
+    results = json.loads((out / "results.json").read_text())
     rows = {row["impl"]: row for row in results["summary"]}
     assert set(rows) == {"dummy", "shm"}
     for row in rows.values():
@@ -62,6 +65,8 @@ def test_smoke_training_writes_results_markdown_and_plot(tmp_path):
         assert row["ratios"]["total"] > 0
     assert rows["dummy"]["ratios"]["total"] == 1.0
     assert rows["shm"]["vec_envs"][0].startswith("ShmPoolVecEnv(") and rows["dummy"]["vec_envs"] == ["DummyVecEnv"]
-    text = (tmp_path / "training.md").read_text()
+    text = (out / "training.md").read_text()
     assert text.startswith(training.HEADING) and "| a2c-cartpole | shm |" in text and "nproc" in text
-    assert (tmp_path / "training.png").stat().st_size > 0
+    assert (out / "training.png").stat().st_size > 0
+    assert "](training.png)" in (out / "training.md").read_text()  # each names the plot from its own folder
+    assert "](training/training.png)" in (tmp_path / "report.md").read_text()

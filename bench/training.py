@@ -266,7 +266,9 @@ def write_outputs(args, rows: list[Row], runs: list[Run], skipped: list[str], me
         from bench.async_batches import replace_section
 
         report = Path(args.report)
-        report.write_text(replace_section(report.read_text() if report.exists() else "", text, HEADING))
+        link = os.path.relpath(os.path.join(args.out, plot), report.parent) if plot else None  # from the report's dir
+        section = markdown(rows, runs, skipped, meta, link)
+        report.write_text(replace_section(report.read_text() if report.exists() else "", section, HEADING))
     return text
 
 
