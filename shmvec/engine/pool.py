@@ -296,7 +296,7 @@ class ShmPool(WorkerWaits, EngineBase):
             except EnvFailed as failure:
                 main_failure = failure
         dead: list[WorkerLink] | None = [] if self.restarter else None
-        replies = self.collect(self.links, timeout, dead) if self.links else []
+        replies = self.collect(self.links, timeout, dead)
         if main_failure is not None:
             raise main_shard_error(main_failure)
         for link in dead or ():
@@ -310,7 +310,7 @@ class ShmPool(WorkerWaits, EngineBase):
             records = _merged(records, [StepInfo(i, info) for i, info in self.info_reader.infos()])
         flags = self._final_flag
         if flags is not None and _count_nonzero(flags):  # one count (~0.3 µs) while no episode ends
-            ended = (flags & (self.terminated | self.truncated)).nonzero()[0]  # not a flag an async step left
+            ended = (flags & (self.terminated | self.truncated)).nonzero()[0]  # not one a failed step left behind
             records = with_shm_finals(records, self._final_obs, ended)
             flags[ended] = False  # taken
         self.caller.returned()

@@ -136,7 +136,7 @@ def test_plan_pool_falls_back_to_workers_when_env0_cannot_be_timed():
     assert "timing env 0 failed (RuntimeError)" in plan.reason
 
 
-def test_time_env_step_measures_and_closes():
+def test_time_env_and_machine_measures_and_closes():
     closed = []
 
     class Slow(gym.Wrapper):
