@@ -17,9 +17,9 @@ for ``P`` up to the usable cores, the one the overhead model predicts fastest::
 that is ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env / P + t_overhead)``. The
 overheads are Python work (adapters, pool, worker loops), so they are scaled by how
 fast this machine runs Python (a reference loop timed in turns with the env, see
-:func:`time_env_and_machine`): on a machine slower than the calibration one, the round trips cost
-more, and unscaled overheads would send a few light envs to workers where staying
-in-process is faster.
+:func:`time_env_and_machine`): on a machine slower than the calibration one, the round
+trips cost more, and unscaled overheads would send a few light envs to workers where
+staying in-process is faster.
 
 The model is that of a training loop, the loop users run: the caller computes (a
 policy's forward pass) between steps, and every step with workers is charged a wake-up
