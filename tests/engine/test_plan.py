@@ -175,8 +175,38 @@ def test_a_slowdown_over_most_of_the_timing_slows_the_env_and_the_machine_alike(
     t_env, scale = autoconfig.time_env_and_machine(cartpole)
     monkeypatch.setattr(autoconfig.time, "perf_counter", TickClock(slowed=0.8 * autoconfig.TIMING_BUDGET))
     t_slowed, scale_slowed = autoconfig.time_env_and_machine(cartpole)
-    assert t_slowed == pytest.approx(2 * t_env)  # the median batch was slowed
+    assert t_slowed == pytest.approx(2 * t_env)  # most of the window ran at half speed
     assert t_slowed / scale_slowed == pytest.approx(t_env / scale)
+
+
+def test_the_ratio_is_taken_batch_by_batch(monkeypatch):
+    """Slowdowns that hit more env batches than reference loops (6 of 10 against 4 of 10:
+    the ratio of the two medians would be off by 2x) must not move t_env / scale: each
+    batch is compared with the loops timed right after it."""
+    now, batch = [0.0], [0]  # the fake clock; the batch being timed
+
+    class Clocked(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            now[0] += 2e-6 if batch[0] < 6 else 1e-6  # batches 0-5 run at half speed
+            return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def reference_loops():
+        slowed = batch[0] < 4  # ... and the loops after batches 0-3
+        batch[0] += 1
+        return (2.0 if slowed else 1.0) * autoconfig.REFERENCE_LOOP_TIME
+
+    monkeypatch.setattr(autoconfig.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(autoconfig, "_time_reference_loops", reference_loops)
+    t_env, scale = autoconfig.time_env_and_machine(Clocked, budget=1.0, max_steps=10 * autoconfig.TIMING_BATCH)
+    assert batch[0] == 10
+    assert scale == pytest.approx(1.0)  # the median loop ran at full speed
+    assert t_env / scale == pytest.approx(1e-6)  # the unslowed ratio
 
 
 # ==== pools built with n_workers=None ======================================================
