@@ -22,6 +22,12 @@ process. For each vector step of the rollouts the table gives medians (µs):
   (its wake-up) and the rest (hand-offs and result rows);
 - *env work*: the sum of the envs' own step times (what DummyVecEnv runs one after another).
 
+A rollout pays the mean step, not the median: the steps where an env's episode ends
+(an Atari life lost: the reset runs a few more frames) cost more, and with static shards
+the shard holding that env steps on while the others wait. The last lines give the mean
+vector step, the share of steps where an episode ended and their extra time over the
+median step.
+
 and, over the rollouts' wall time, the cores each kind of thread kept busy (CPU seconds
 per second, from ``/proc`` through psutil): the main thread, the main process's other
 threads (torch's OpenMP team: spinning after each op counts as busy) and the workers.
@@ -123,7 +129,7 @@ def run(impl: str, env_id: str, n: int, timesteps: int, seed: int) -> dict:
     """One ``learn()`` over ``impl``; per-step phases (seconds) and core shares of its rollouts."""
     venv = build(impl, env_id, n)
     try:
-        calls, sent, returned = [], [], []
+        calls, sent, returned, ended = [], [], [], []
         step_async, step_wait = venv.step_async, venv.step_wait
 
         def timed_async(actions):
@@ -134,6 +140,7 @@ def run(impl: str, env_id: str, n: int, timesteps: int, seed: int) -> dict:
         def timed_wait():
             result = step_wait()
             returned.append(_now())
+            ended.append(bool(np.any(result[2])))
             return result
 
         venv.step_async, venv.step_wait = timed_async, timed_wait
@@ -160,7 +167,7 @@ def run(impl: str, env_id: str, n: int, timesteps: int, seed: int) -> dict:
     finally:
         venv.close()
     rollout = sum(stop - start for start, stop in rollouts)
-    phases = _phases(calls, sent, returned, rollouts, times, shards, n_workers)
+    phases = _phases(calls, sent, returned, ended, rollouts, times, shards, n_workers)
     cores = {key: value / rollout for key, value in cpu.seconds.items()}
     return {
         "impl": impl,
@@ -179,7 +186,7 @@ def _shards(venv, n: int) -> tuple[list[tuple[int, int]], int]:
     return list(pool.shards), pool.n_workers
 
 
-def _phases(calls, sent, returned, rollouts, times, shards, n_workers) -> dict[str, float]:
+def _phases(calls, sent, returned, ended, rollouts, times, shards, n_workers) -> dict[str, float]:
     starts = {i: np.asarray(t[0::2]) for i, t in times.items()}
     ends = {i: np.asarray(t[1::2]) for i, t in times.items()}
     rows = []
@@ -203,8 +210,21 @@ def _phases(calls, sent, returned, rollouts, times, shards, n_workers) -> dict[s
         row["env work (sum of the envs' steps)"] = sum(
             _last_before(ends[i], done) - _first_after(starts[i], call) for i in range(len(times))
         )
+        row["ended"] = ended[s]
         rows.append(row)
-    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+    phases = {key: statistics.median(row[key] for row in rows) for key in rows[0] if key != "ended"}
+    return phases | _episode_ends([row["vector step"] for row in rows], [row["ended"] for row in rows])
+
+
+def _episode_ends(steps: list[float], ended: list[bool]) -> dict[str, float]:
+    """The mean vector step, and what the steps where an episode ended add to it."""
+    with_end = [step for step, end in zip(steps, ended) if end]
+    extra = statistics.fmean(with_end) - statistics.median(steps) if with_end else 0.0
+    return {
+        "vector step, mean": statistics.fmean(steps),
+        "steps where an episode ended (share)": len(with_end) / len(steps),
+        "  their extra time over the median step": extra,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,7 +253,11 @@ def main(argv: list[str] | None = None) -> int:
             f"learn() {statistics.median(res['total'] for res in runs):.2f} s"
         )
         for key in runs[0]["phases"]:
-            print(f"  {key:45s} {statistics.median(res['phases'][key] for res in runs) * 1e6:8.1f} µs")
+            value = statistics.median(res["phases"][key] for res in runs)
+            if key.endswith("(share)"):
+                print(f"  {key:45s} {value * 100:8.1f} %")
+            else:
+                print(f"  {key:45s} {value * 1e6:8.1f} µs")
         for key in runs[0]["cores"]:
             print(f"  cores busy, {key:33s} {statistics.median(res['cores'][key] for res in runs):8.2f}")
     return 0

@@ -70,3 +70,16 @@ def test_smoke_training_writes_results_markdown_and_plot(tmp_path):
     assert (out / "training.png").stat().st_size > 0
     assert "](training.png)" in (out / "training.md").read_text()  # each names the plot from its own folder
     assert "](training/training.png)" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.smoke
+def test_the_rollout_timeline_adds_the_steps_where_an_episode_ended():
+    from bench.rollout_timeline import _episode_ends
+
+    steps = [1.0, 1.0, 1.0, 5.0, 1.0, 7.0, 1.0, 1.0]  # two steps where an episode ended
+    ended = [False, False, False, True, False, True, False, False]
+    figures = _episode_ends(steps, ended)
+    assert figures["vector step, mean"] == pytest.approx(18.0 / 8)
+    assert figures["steps where an episode ended (share)"] == pytest.approx(0.25)
+    assert figures["  their extra time over the median step"] == pytest.approx(6.0 - 1.0)
+    assert _episode_ends([1.0, 2.0], [False, False])["  their extra time over the median step"] == 0.0
