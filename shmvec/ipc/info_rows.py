@@ -147,22 +147,32 @@ class InfoReader:
 
     def __init__(self, views: dict[str, np.ndarray], shards: list[tuple[int, int]], n_workers: int):
         self.rows, self.codes, self.blocks = views[INFO_ROWS], views[INFO_CODE], views[INFO_SCHEMAS]
-        self._worker_of = np.zeros(len(self.codes), np.int64)
-        for k, (start, stop) in enumerate(shards[:n_workers]):
-            self._worker_of[start:stop] = k
+        self._shards = [(k, start, stop) for k, (start, stop) in enumerate(shards[:n_workers])]
         self._schemas: list[list[tuple[InfoSchema, np.ndarray]]] = [[] for _ in range(n_workers)]
 
     def infos(self) -> list[tuple[int, dict]]:
         """``(env index, info)`` of every env whose row holds its info this step, in env order."""
-        coded = self.codes.nonzero()[0]
-        if not len(coded):
-            return []
-        groups: dict[tuple[int, int], list[int]] = {}
-        for i, k, code in zip(coded.tolist(), self._worker_of[coded].tolist(), self.codes[coded].tolist()):
-            groups.setdefault((k, code), []).append(i)
+        codes = self.codes.tolist()
+        out: list[tuple[int, dict]] = []
+        for k, start, stop in self._shards:  # in env order
+            shard = codes[start:stop]
+            code = shard[0]
+            if code and shard.count(code) == len(shard):  # the usual step: one schema for the whole shard
+                schema, view = self._schema(k, code)
+                out += zip(range(start, stop), _rebuild(schema, view[start:stop]))
+            elif any(shard):
+                out += self._mixed(k, start, shard)
+        return out
+
+    def _mixed(self, worker: int, start: int, shard: list[int]) -> list[tuple[int, dict]]:
+        """:meth:`infos` of a shard whose envs wrote rows of several schemas, or some none."""
+        groups: dict[int, list[int]] = {}
+        for j, code in enumerate(shard):
+            if code:
+                groups.setdefault(code, []).append(start + j)
         out = []
-        for (k, code), ids in groups.items():
-            schema, view = self._schema(k, code)
+        for code, ids in groups.items():
+            schema, view = self._schema(worker, code)
             out += zip(ids, _rebuild(schema, view[ids]))
         if len(groups) > 1:
             out.sort(key=_first)
@@ -189,8 +199,11 @@ def _first(pair: tuple) -> Any:
 
 def _rebuild(schema: InfoSchema, records: np.ndarray) -> list[dict]:
     """One info dict per record, each value of the type the env returned."""
+    keys = schema.keys
+    if schema.kinds.count(PYTHON) == len(keys):  # Python scalars only (Atari's): the records' own tuples
+        return [dict(zip(keys, values)) for values in records.tolist()]
     columns = []
-    for key, kind in zip(schema.keys, schema.kinds):
+    for key, kind in zip(keys, schema.kinds):
         column = records[key]
         if kind == PYTHON:
             columns.append(column.tolist())
@@ -198,7 +211,6 @@ def _rebuild(schema: InfoSchema, records: np.ndarray) -> list[dict]:
             columns.append(list(column))  # numpy scalars of the field's dtype
         else:
             columns.append([row.copy() for row in column])  # each its own array, as unpickled ones are
-    keys = schema.keys
     return [dict(zip(keys, values)) for values in zip(*columns)]
 
 

@@ -82,6 +82,25 @@ def test_values_come_back_with_the_types_and_bytes_the_env_returned(arena):
             assert value is not original or not isinstance(value, np.ndarray)  # arrays are copies
 
 
+@pytest.mark.parametrize("info", ROW_INFOS, ids=["mujoco", "atari", "numpy_scalars", "arrays"])
+def test_shards_whose_envs_share_a_schema_come_back_whole_or_in_part(arena, info):
+    """The usual step (every env of a shard wrote a row of one schema) and a step where one
+    env's info went through the pipe instead."""
+    sent = [{**info, "env": i} for i in range(N_ENVS)]  # one schema, values of each env's own
+    writers = [InfoWriter(arena, k) for k in range(N_WORKERS)]
+    codes, rows = arena[info_rows.INFO_CODE], arena[info_rows.INFO_ROWS]
+    for k, (start, stop) in enumerate(shard_bounds(N_ENVS, N_WORKERS)):
+        for i in range(start, stop):
+            codes[i] = writers[k].write(i, sent[i])
+    assert len(set(codes.tolist())) == 1
+    reader = reader_for(arena)
+    got = reader.infos()
+    assert_same(got, list(enumerate(sent)))
+    assert not any(np.shares_memory(value, rows) for _, got_info in got for value in got_info.values())
+    codes[4] = 0
+    assert_same(reader.infos(), [(i, sent[i]) for i in range(N_ENVS) if i != 4])
+
+
 @pytest.mark.parametrize("info", PICKLED_INFOS, ids=lambda info: next(iter(info)).__repr__())
 def test_what_cannot_travel_in_a_row_is_refused(arena, info):
     assert schema_of(info) is None
