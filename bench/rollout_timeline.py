@@ -20,17 +20,15 @@ process. For each vector step of the rollouts the table gives medians (µs):
 - *vector step*: the call to ``step`` until it returns, split into the slowest shard's
   stepping (first env start to last env end), the delay until a worker's first env starts
   (its wake-up) and the rest (hand-offs and result rows);
-- *env work*: the sum of the envs' own step times (what DummyVecEnv runs one after another).
+- *env work*: the sum of the envs' own step times (what DummyVecEnv runs one after another);
 
-A rollout pays the mean step, not the median: the steps where an env's episode ends
-(an Atari life lost: the reset runs a few more frames) cost more, and with static shards
-the shard holding that env steps on while the others wait. The last lines give the mean
-vector step, the share of steps where an episode ended and their extra time over the
-median step.
-
-and, over the rollouts' wall time, the cores each kind of thread kept busy (CPU seconds
-per second, from ``/proc`` through psutil): the main thread, the main process's other
-threads (torch's OpenMP team: spinning after each op counts as busy) and the workers.
+then the mean vector step, the share of the steps where an episode ended and their extra
+time over the median step (a rollout pays the mean: such a step runs the env's reset, a
+lost Atari life a few more frames, and with static shards the shard holding that env
+steps on while the others wait); and, over the rollouts' wall time, the cores each kind
+of thread kept busy (CPU seconds per second, from ``/proc`` through psutil): the main
+thread, the main process's other threads (torch's OpenMP team: spinning after each op
+counts as busy) and the workers.
 The bound on the rollout speed-up from parallel envs follows from these figures: the
 caller's part and the hand-offs stay serial.
 """
