@@ -5,16 +5,30 @@ env steps per second with 1 and with ``procs`` processes, alternating. No vector
 can beat this ratio, so it is the yardstick for every "x over a single process" target.
 
     python bench/scaling_probe.py CartPole-v1 --n 32 --procs 2
+
+``--per-cpu`` shows how that ceiling moves: one process pinned to each usable CPU times
+:func:`shmvec.engine.plan.reference_loop` every half second, all CPUs busy at once, then
+each CPU alone. On a VM whose virtual CPUs the host sometimes runs on one physical core,
+the busy rows double while the lone ones do not::
+
+    python bench/scaling_probe.py --per-cpu --seconds 6
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import statistics
+import sys
 import time
 
 import gymnasium as gym
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SAMPLE_SECONDS = 0.5  # one --per-cpu figure
 
 
 def _step_loop(env_id: str, n: int, seconds: float, results: mp.Queue) -> None:
@@ -45,6 +59,40 @@ def total_rate(env_id: str, n: int, procs: int, seconds: float) -> float:
     return total
 
 
+def _reference_loop_times(cpu: int, seconds: float, results: mp.Queue) -> None:
+    """Pinned to ``cpu``: µs per reference_loop(), one figure per SAMPLE_SECONDS, for ``seconds``."""
+    from shmvec.engine.plan import reference_loop
+
+    os.sched_setaffinity(0, {cpu})
+    figures, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start, calls = time.perf_counter(), 0
+        while time.perf_counter() - start < SAMPLE_SECONDS:
+            for _ in range(50):
+                reference_loop()
+            calls += 50
+        figures.append((time.perf_counter() - start) / calls * 1e6)
+    results.put((cpu, figures))
+
+
+def per_cpu(cpus: list[int], seconds: float) -> dict[str, list[float]]:
+    """{"cpu 0 (all busy)": figures, ..., "cpu 0 (alone)": figures, ...}: µs per reference_loop()
+    on each CPU, first with every CPU of ``cpus`` busy at once, then with each one alone."""
+    ctx = mp.get_context("fork")
+    rows: dict[str, list[float]] = {}
+    for together in ([cpus] if len(cpus) > 1 else []) + [[cpu] for cpu in cpus]:
+        results = ctx.Queue()
+        procs = [ctx.Process(target=_reference_loop_times, args=(cpu, seconds, results)) for cpu in together]
+        for proc in procs:
+            proc.start()
+        figures = dict(results.get() for _ in procs)
+        for proc in procs:
+            proc.join()
+        label = "all busy" if len(together) > 1 else "alone"
+        rows.update({f"cpu {cpu} ({label})": figures[cpu] for cpu in together})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("env_id", nargs="?", default="CartPole-v1")
@@ -52,7 +100,13 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--per-cpu", action="store_true", help="each CPU's speed over time, all busy, then alone")
     args = parser.parse_args()
+    if args.per_cpu:
+        print(f"µs per reference_loop(), every {SAMPLE_SECONDS} s")
+        for label, figures in per_cpu(sorted(os.sched_getaffinity(0)), args.seconds).items():
+            print(f"{label:18s}" + " ".join(f"{figure:6.1f}" for figure in figures))
+        return
     single, multi = [], []
     for _ in range(args.rounds):
         single.append(total_rate(args.env_id, args.n, 1, args.seconds))

@@ -83,15 +83,3 @@ def test_the_rollout_timeline_adds_the_steps_where_an_episode_ended():
     assert figures["steps where an episode ended (share)"] == pytest.approx(0.25)
     assert figures["  their extra time over the median step"] == pytest.approx(6.0 - 1.0)
     assert _episode_ends([1.0, 2.0], [False, False])["  their extra time over the median step"] == 0.0
-
-
-@pytest.mark.smoke
-def test_the_pause_probe_times_every_pause_in_both_modes_beside_the_tight_loop():
-    from bench.pause_probe import probe, table
-
-    results = probe([0.0002, 0.001], samples=3, rounds=2)
-    assert set(results) == {(0.0, "busy"), (0.0002, "sleep"), (0.0002, "busy"), (0.001, "sleep"), (0.001, "busy")}
-    assert all(seconds > 0.0 for seconds in results.values())
-    lines = table(results).splitlines()
-    assert len(lines) == 4  # the tight loop, the header, one line per pause
-    assert lines[2].startswith("  0.2 ms") and lines[3].startswith("  1.0 ms")
