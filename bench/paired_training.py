@@ -9,7 +9,8 @@ while the other process waits, blocked. The two turns of a round give a paired r
 the medians of those ratios are less exposed to the phases than ratios of whole runs.
 
     python bench/paired_training.py ppo-atari --rounds 12
-    python bench/paired_training.py ppo-humanoid --impls dummy,shm,subproc
+    python bench/paired_training.py ppo-humanoid --impl dummy --impl shm --impl subproc
+    python bench/paired_training.py ppo-atari --impl dummy --impl shm --impl shm:n_workers=1,main_shard=True
 
 On-policy workloads of ``bench/training_jobs.py`` only (PPO, A2C: a turn is whole
 rollouts). The first turn of each process (env reset, first calls) is not counted.
@@ -111,7 +112,9 @@ def paired_turns(name: str, impls: list[str], rounds: int, steps: int) -> tuple[
 def summary(turns: dict[str, list[dict[str, float]]], reference: str) -> list[str]:
     """Lines: each impl's median seconds per phase, and the median (range) of its per-round
     ratios to ``reference`` (the reference's seconds / the impl's: above 1 is faster)."""
-    lines = [f"{'impl':10s}" + "".join(f"{phase + ' s':>10s}" for phase in PHASES) + "   paired ratios: median (range)"]
+    width = max(10, *(len(impl) + 2 for impl in turns))
+    header = "".join(f"{phase + ' s':>10s}" for phase in PHASES)
+    lines = [f"{'impl':{width}s}{header}   paired ratios: median (range)"]
     for impl, rounds in turns.items():
         medians = "".join(f"{statistics.median(t[phase] for t in rounds):10.2f}" for phase in PHASES)
         ratios = []
@@ -119,7 +122,7 @@ def summary(turns: dict[str, list[dict[str, float]]], reference: str) -> list[st
             paired = [ref[phase] / own[phase] for ref, own in zip(turns[reference], rounds) if own[phase] > 0]
             if paired:
                 ratios.append(f"{phase} {statistics.median(paired):.2f}x ({min(paired):.2f}-{max(paired):.2f})")
-        lines.append(f"{impl:10s}{medians}   " + ", ".join(ratios))
+        lines.append(f"{impl:{width}s}{medians}   " + ", ".join(ratios))
     return lines
 
 
@@ -127,14 +130,18 @@ def main() -> None:
     on_policy = [name for name, w in WORKLOADS.items() if isinstance(w, Sb3Workload) and w.algo in ROLLOUT_STEPS]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workload", choices=on_policy)
-    parser.add_argument("--impls", default="dummy,shm", help="comma-separated; the first is the reference")
+    parser.add_argument(
+        "--impl",
+        action="append",
+        help="dummy, subproc, shm or shm:key=value,... (repeat; the first is the reference; default: dummy and shm)",
+    )
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--turn-steps", type=int, default=1024, help="at least this many steps per turn")
     args = parser.parse_args()
-    workload, impls = WORKLOADS[args.workload], args.impls.split(",")
-    unknown = [impl for impl in impls if impl not in workload.impls or impl == "envpool"]
+    workload, impls = WORKLOADS[args.workload], args.impl or ["dummy", "shm"]
+    unknown = [impl for impl in impls if impl.partition(":")[0] not in ("dummy", "subproc", "shm")]
     if unknown:
-        parser.error(f"no implementation {', '.join(unknown)} here (choose from dummy, subproc, shm)")
+        parser.error(f"no implementation {', '.join(unknown)} here (dummy, subproc, shm or shm:key=value,...)")
     steps = turn_steps(workload, args.turn_steps)
     print(f"{workload.describe()}; {steps} steps a turn, {args.rounds} rounds, {impls[0]} the reference")
     turns, described = paired_turns(args.workload, impls, args.rounds, steps)

@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
 from bench.timeline import _first_after, _last_before, probed  # noqa: E402
-from bench.training_jobs import WORKLOADS  # noqa: E402
+from bench.training_jobs import WORKLOADS, shm_kwargs  # noqa: E402
 
 _now = time.perf_counter
 
@@ -62,16 +62,11 @@ def build(impl: str, env_id: str, n: int):
     from shmvec import ShmPoolVecEnv
 
     env_fns = [functools.partial(probed_atari if env_id.startswith("atari:") else probed, env_id)] * n
-    name, _, options = impl.partition(":")
-    if name == "dummy":
+    if impl == "dummy":
         return DummyVecEnv(env_fns)
-    if name == "subproc":
+    if impl == "subproc":
         return SubprocVecEnv(env_fns)
-    kwargs = {}
-    for item in filter(None, options.split(",")):
-        key, _, value = item.partition("=")
-        kwargs[key] = {"True": True, "False": False}.get(value, int(value) if value.isdigit() else value)
-    return ShmPoolVecEnv(env_fns, **kwargs)
+    return ShmPoolVecEnv(env_fns, **shm_kwargs(impl))
 
 
 def probed_atari(env_id: str):

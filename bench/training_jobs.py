@@ -219,11 +219,20 @@ def build_vec_env(workload: Sb3Workload, impl: str):
         venv = DummyVecEnv(env_fns)
     elif impl == "subproc":
         venv = SubprocVecEnv(env_fns, start_method="fork")  # the start method changes start-up, not the steps
-    elif impl == "shm":
-        venv = shmvec.ShmPoolVecEnv(env_fns)
+    elif impl.partition(":")[0] == "shm":
+        venv = shmvec.ShmPoolVecEnv(env_fns, **shm_kwargs(impl))
     else:
         raise ValueError(f"{workload.name} has no implementation {impl!r} (choose from {workload.impls})")
     return VecFrameStack(venv, n_stack=4) if workload.atari else VecMonitor(venv)
+
+
+def shm_kwargs(impl: str) -> dict[str, Any]:
+    """``shm`` -> {} (the default); ``shm:n_workers=4,main_shard=True`` -> ShmPoolVecEnv's keyword arguments."""
+    kwargs: dict[str, Any] = {}
+    for item in filter(None, impl.partition(":")[2].split(",")):
+        key, _, value = item.partition("=")
+        kwargs[key] = {"True": True, "False": False}.get(value, int(value) if value.isdigit() else value)
+    return kwargs
 
 
 def envpool_atari(workload: Sb3Workload):
