@@ -30,6 +30,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.training_jobs import WORKLOADS, Sb3Workload, build_vec_env, describe  # noqa: E402
+from shmvec.tools.demo import time_phases  # noqa: E402
 
 PHASES = ("rollout", "update", "turn")
 ROLLOUT_STEPS = {"PPO": 2048, "A2C": 5}  # SB3's default n_steps, where the workload sets none
@@ -50,18 +51,7 @@ def _trainer(name: str, impl: str, steps: int, conn) -> None:
         workload = WORKLOADS[name]
         venv = build_vec_env(workload, impl)
         model = getattr(sb3, workload.algo)(workload.policy, venv, seed=0, verbose=0, **workload.hyper)
-        seconds = dict.fromkeys(PHASES, 0.0)
-        for phase, method in (("rollout", "collect_rollouts"), ("update", "train")):
-            inner = getattr(model, method)
-
-            def timed(*args, _inner=inner, _phase=phase, **kwargs):
-                start = time.perf_counter()
-                try:
-                    return _inner(*args, **kwargs)
-                finally:
-                    seconds[_phase] += time.perf_counter() - start
-
-            setattr(model, method, timed)
+        seconds = time_phases(model)
         conn.send(describe(venv.unwrapped))
     except Exception as exc:  # reported by the parent
         conn.send(f"error: {type(exc).__name__}: {exc}")

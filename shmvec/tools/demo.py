@@ -52,9 +52,10 @@ def build(name: str, env_fns: list[Callable[[], gym.Env]], n_workers: int):
 DEFAULT = "ShmPoolVecEnv (default)"
 
 
-def timed_learn(model, total_timesteps: int) -> dict[str, float]:
-    """Run ``model.learn(total_timesteps)`` (an SB3 algorithm); seconds spent in rollout
-    (``collect_rollouts``), update (``train``) and in all."""
+def time_phases(model) -> dict[str, float]:
+    """Time ``model``'s rollouts (``collect_rollouts``) and updates (``train``) from now on
+    (an SB3 algorithm; this instance only): the returned dict's ``"rollout"`` and
+    ``"update"`` add up their seconds."""
     seconds = {"rollout": 0.0, "update": 0.0}
     for phase, method in (("rollout", "collect_rollouts"), ("update", "train")):
         inner = getattr(model, method)
@@ -67,6 +68,13 @@ def timed_learn(model, total_timesteps: int) -> dict[str, float]:
                 seconds[_phase] += time.perf_counter() - start
 
         setattr(model, method, timed)  # an instance attribute: this model only
+    return seconds
+
+
+def timed_learn(model, total_timesteps: int) -> dict[str, float]:
+    """Run ``model.learn(total_timesteps)`` (an SB3 algorithm); seconds spent in rollout
+    (``collect_rollouts``), update (``train``) and in all."""
+    seconds = time_phases(model)
     start = time.perf_counter()
     model.learn(total_timesteps)
     seconds["total"] = time.perf_counter() - start
