@@ -8,8 +8,8 @@ can beat this ratio, so it is the yardstick for every "x over a single process" 
 
 ``--per-cpu`` shows how that ceiling moves: one process pinned to each usable CPU times
 :func:`shmvec.engine.plan.reference_loop` every half second, all CPUs busy at once, then
-each CPU alone. On a VM whose virtual CPUs the host sometimes runs on one physical core,
-the busy rows double while the lone ones do not::
+each CPU alone. On a VM whose host gives a virtual CPU only half a core at times, a row's
+figures double for seconds at a stretch, busy or alone::
 
     python bench/scaling_probe.py --per-cpu --seconds 6
 """
