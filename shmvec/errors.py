@@ -15,7 +15,7 @@
     ├── SharedMemoryCapacityError  /dev/shm cannot hold the buffers          (also MemoryError)
     ├── EnvError                   an env raised and its exception could not be sent back as itself
     ├── WorkerDiedError            a worker process exited or was killed
-    ├── MainModuleError            workers re-imported a main script that has no __main__ guard (also RuntimeError)
+    ├── MainModuleError            no longer raised (workers do not import the main script); kept for old code
     └── StepTimeoutError           envs did not answer within the timeout
                                    (also TimeoutError, multiprocessing.TimeoutError)
 
@@ -140,4 +140,4 @@ class RemoteTraceback(Exception):
 
 
 class MainModuleError(ShmVecError, RuntimeError):
-    """Workers started with forkserver/spawn re-imported a main script that creates a pool at import time."""
+    """No longer raised: workers do not import the main script any more. Kept so that code catching it still runs."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 from shmvec.engine.shard import EnvFailed
-from shmvec.errors import MainModuleError, RemoteTraceback
+from shmvec.errors import RemoteTraceback
 from shmvec.ipc.protocol import ErrorReport
 
 
@@ -70,20 +70,3 @@ def ranges(indices: list[int]) -> str:
 def not_answered(envs: list[int], within: str, why: str = "an env step hangs?") -> str:
     """The message of a timeout: which ``envs`` did not answer ``within`` (e.g. 'timeout=5s'), and the likely cause."""
     return f"envs {ranges(envs)} did not answer within {within} ({why})"
-
-
-# Exit code of a worker that found itself re-importing the user's main script and creating
-# a pool there (validation.check_not_bootstrapping): the script lacks a __main__ guard.
-UNGUARDED_MAIN_EXIT = 86
-
-
-def unguarded_main_error(exitcode: int | None, start_method: str) -> MainModuleError | None:
-    """The error for a worker that died re-importing an unguarded main script, else None."""
-    if exitcode != UNGUARDED_MAIN_EXIT:
-        return None
-    return MainModuleError(
-        f"the worker processes could not start: with start_method={start_method!r} every worker re-imports "
-        "your main script, and that script creates a shmvec vector env when imported. Put the code that "
-        'creates and uses it under `if __name__ == "__main__":` (see the README quickstart), or pass '
-        'start_method="fork".'
-    )

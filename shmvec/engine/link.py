@@ -21,6 +21,7 @@ import cloudpickle
 import numpy as np
 
 from shmvec.engine.failures import describe_exit
+from shmvec.engine.lean_start import WORKER_NAME_PREFIX, registry_additions, start_without_main
 from shmvec.engine.worker import worker_main
 from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import Command, ErrorReport, SendReply, Status, post_word
@@ -59,10 +60,10 @@ class WorkerLink:
         """Start the worker process on its envs with a new pipe (at start-up and on restart)."""
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         self.conn = parent_conn
-        blob = cloudpickle.dumps((list(env_fns[self.start : self.stop]), env_wrapper))
+        blob = cloudpickle.dumps((list(env_fns[self.start : self.stop]), env_wrapper, registry_additions()))
         names = (self.cmd.name, self.done.name, self.finished.name)
-        args = (self.index, child_conn, blob, self.start, names, max_spin, worker_threads, os.getpid())
-        self.process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"shmvec-worker-{self.index}")
+        args = (self.index, child_conn, blob, self.start, self.stop, names, max_spin, worker_threads, os.getpid())
+        self.process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"{WORKER_NAME_PREFIX}{self.index}")
         self.process.start()
         if ctx.get_start_method() == "forkserver":
             self._exit_watch = ExitWatch.of(self.process.pid)
@@ -225,7 +226,9 @@ class ExitWatch:
 
 
 def mp_context(start_method: str) -> Any:
-    """The multiprocessing context that starts workers; forkserver preloads the worker module."""
+    """The multiprocessing context that starts workers: without the main script (see
+    :mod:`~shmvec.engine.lean_start`); forkserver preloads the worker module."""
+    start_without_main()
     ctx = mp.get_context(start_method)
     if start_method == "forkserver":
         _preload_in_forkserver(ctx)
@@ -237,10 +240,11 @@ def _preload_in_forkserver(ctx: Any) -> None:
 
     Otherwise each forkserver worker imports numpy, gymnasium and shmvec itself: seconds
     per worker on a small machine. Only takes effect if the server has not started yet;
-    modules the user asked to preload are kept.
+    modules the user asked to preload are kept, but not ``__main__``: workers never import
+    the main script, and a server that did would pay for it and run an unguarded script.
     """
     from multiprocessing import forkserver
 
-    preload = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
+    preload = [m for m in getattr(forkserver._forkserver, "_preload_modules", []) if m != "__main__"]
     if "shmvec.engine.worker" not in preload:
         ctx.set_forkserver_preload([*preload, "shmvec.engine.worker"])

@@ -1,6 +1,6 @@
 """How a pool runs when nobody said: worker count, main shard and wait policy.
 
-``n_workers=None`` (the default) times the env at start-up (:func:`time_env_and_machine`:
+``n_workers=None`` (the default) times the env at start-up (:func:`~shmvec.engine.env_timing.time_env_and_machine`:
 one extra env built in the main process from ``env_fns[0]``, a few random steps within
 ~50 ms, closed again) and picks, among
 
@@ -8,16 +8,29 @@ one extra env built in the main process from ``env_fns[0]``, a few random steps 
 - the main process plus ``P - 1`` workers (``main_shard=True``),
 - ``P`` workers (the main process only waits),
 
-for ``P`` up to the usable cores, the one the overhead model predicts fastest::
+for ``P`` up to the usable cores (:mod:`~shmvec.engine.machine`: the affinity set within the
+cgroup CPU quota, SMT siblings counted once), the one the overhead model predicts fastest::
 
-    step time = largest shard * t_env + wake-up + sync(P) + bookkeeping(N)
+    step time = max(largest shard * t_env, CPU of all lanes / cores)
+                + wake-up + sync(P) + per worker * (P - 1) + bookkeeping(N)
 
 (``sync``: 0 in-process, :data:`T_SYNC_SPIN` when every busy process has a core,
-:data:`T_SYNC_BLOCK` when the main process waiting for workers would need one more),
-that is ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env / P + t_overhead)``. The
+:data:`T_SYNC_BLOCK` when the main process waiting for workers would need one more;
+the main process posts to and collects from each worker in turn, :data:`T_PER_WORKER`),
+that is ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env / P + t_overhead)``.
+
+Envs that wait rather than compute (a simulator answering over a socket, a robot) need no
+core while they wait: the timing measures the share of an env's step that is CPU
+(thread CPU time against wall time), and when it is under :data:`WAITING_SHARE` the
+candidates go beyond the cores, up to one worker per env (at most :func:`max_lanes`:
+memory and file descriptors), each extra worker charged its own cycle's CPU
+(:data:`T_WORKER_CYCLE`) on the shared cores and its turn in the main process. Lanes are
+processes, not threads inside a worker: measured on 2 cores, 256 envs waiting 2 ms
+reached 0.17 of the N/wait limit from one process of 256 threads (its GIL hand-offs), 0.3
+from 128 processes; a worker that skips the user's script holds ~7 MB. The
 overheads are Python work (adapters, pool, worker loops), so they are scaled by how
 fast this machine runs Python (a reference loop timed in turns with the env, see
-:func:`time_env_and_machine`): on a machine slower than the calibration one, the round
+:func:`~shmvec.engine.env_timing.time_env_and_machine`): on a machine slower than the calibration one, the round
 trips cost more, and unscaled overheads would send a few light envs to workers where
 staying in-process is faster.
 
@@ -36,8 +49,11 @@ plan runs faster than the model says. Among the candidates within
 :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env in the main
 process (heavy envs then run isolated in workers at no cost).
 
+When the lanes outnumber the cores nobody spins: every wait blocks, so no more processes
+spin than there are cores (or quota) to spin on.
+
 An explicit ``n_workers=K`` is obeyed as given (``main_shard`` only if asked); only the
-wait policy is chosen. Everything here but :func:`time_env_and_machine` and
+wait policy is chosen. Everything here but :func:`~shmvec.engine.env_timing.time_env_and_machine` and
 :func:`usable_cores` is pure: :func:`choose` is unit-tested with injected timings and
 is what ``python -m shmvec.tune`` recommends.
 
@@ -50,14 +66,11 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import statistics
-import time
-from collections.abc import Callable
+import resource
 from dataclasses import dataclass
 
-import numpy as np
-
+from shmvec.engine.env_timing import time_env_and_machine
+from shmvec.engine.machine import available_memory, usable_cpus
 from shmvec.ipc.signals import MAX_SPIN
 
 logger = logging.getLogger("shmvec")
@@ -73,15 +86,19 @@ T_CALLER_TAX = 45e-6
 T_BOOK_FIXED = 10e-6  # the main process's per-step bookkeeping (adapters), any configuration
 T_BOOK_PER_ENV = 0.15e-6  # ... per env (observation copy, infos)
 T_WRITE_PER_ENV = 0.4e-6  # a shard writing one env's rows into shared memory, on top of the step
-# reference_loop()'s time on the machine the T_* above were calibrated on. Estimated: the loop
-# and CartPole-v1's step timed alongside on a slower VM (21.8 µs, 21.2 µs), and CartPole's
-# step on the calibration machine (6.3 µs).
-REFERENCE_LOOP_TIME = 6.5e-6
+# The main process posts to each worker and collects its answer in turn: each worker beyond the
+# first adds this to the step's critical path (measured ~5 µs per worker on the 2-core VM,
+# scale ~2, with K = 4 to 64 workers that each wait).
+T_PER_WORKER = 2.5e-6
+# A worker's CPU per step outside its envs (woken from a futex, its command loop, its post), which
+# lanes beyond the cores must share them for. Fitted to 32-256 waiting envs on 2 cores.
+T_WORKER_CYCLE = 10e-6
+# Envs whose step is less than this share CPU (thread CPU time / wall time) are planned as waiting:
+# lanes beyond the cores are considered for them.
+WAITING_SHARE = 0.5
+MAX_LANES = 256  # most workers the plan starts for waiting envs
+WORKER_MEMORY = 64 * 2**20  # memory budgeted per worker for waiting envs: ~7 MB of its own, the rest its envs'
 ISOLATION_TOLERANCE = 0.05  # give up at most 5 % of predicted speed to keep envs out of the main process
-TIMING_BUDGET = 0.05  # seconds spent timing the env at start-up
-TIMING_MAX_STEPS = 400
-TIMING_BATCH = 10  # steps per timed batch; a median over batches decides (a first call or a hiccup does not)
-TIMING_REFERENCE_LOOPS = 5  # reference_loop() calls timed after each batch (~30-70 µs)
 # A main process with no shard, beside workers on every core, spins at most this long (about
 # three wake-ups): it shares a core with a worker, and spinning through a longer shard slows
 # that worker more than a wake-up costs.
@@ -102,6 +119,7 @@ class Plan:
         tight_loop_spin: whether workers spin (up to :data:`~shmvec.ipc.signals.MAX_SPIN`) for
             their next step while the caller steps in a tight loop (see
             :class:`~shmvec.ipc.protocol.NextWait`); otherwise they spin within ``worker_spin``.
+        cpu_share: the part of ``t_env`` that was CPU time (the rest, waiting: see :func:`choose`).
     """
 
     n_workers: int
@@ -111,6 +129,7 @@ class Plan:
     reason: str
     t_env: float | None = None
     tight_loop_spin: bool = False
+    cpu_share: float = 1.0
 
     def constructor_args(self) -> str:
         """The keyword arguments that build this plan explicitly, e.g. ``n_workers=1, main_shard=True``."""
@@ -123,11 +142,23 @@ def describe_plan(plan: Plan) -> str:
 
 
 def usable_cores() -> int:
-    """CPUs this process may run on (affinity), not just the machine's count."""
+    """Cores this process may keep busy: its affinity set within the cgroup CPU quota, SMT siblings counted once."""
+    return usable_cpus().physical
+
+
+def max_lanes(num_envs: int) -> int:
+    """Most workers worth starting for ``num_envs`` waiting envs: one per env, within
+    :data:`MAX_LANES`, the memory available (:data:`WORKER_MEMORY` each) and the file
+    descriptors the main process may open (a few per worker)."""
+    limit = min(num_envs, MAX_LANES)
     try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
+        limit = min(limit, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 8)
+    except (ValueError, OSError):
+        pass
+    available = available_memory()
+    if available is not None:
+        limit = min(limit, available // WORKER_MEMORY)
+    return max(1, limit)
 
 
 def shard_sizes(num_envs: int, n_workers: int, main_shard: bool) -> tuple[int, int]:
@@ -146,16 +177,20 @@ def predicted_step_time(
     main_shard: bool,
     scale: float = 1.0,
     caller_computes: bool = True,
+    cpu_share: float = 1.0,
 ) -> float:
     """Seconds per synchronous vector step of this configuration (the overhead model);
-    ``scale`` multiplies the overheads (:func:`time_env_and_machine`). ``caller_computes``: the
+    ``scale`` multiplies the overheads (:mod:`~shmvec.engine.env_timing`). ``caller_computes``: the
     caller runs a policy between steps, so workers wake up from a blocked wait each step
     and the policy's threads pay :data:`T_CALLER_TAX` (``False``: a bare stepping loop,
-    where they spin)."""
+    where they spin). ``cpu_share``: the part of ``t_env`` that is CPU (the rest waits)."""
     lanes = n_workers + main_shard
     largest, _ = shard_sizes(num_envs, n_workers, main_shard)
     per_env = t_env + T_WRITE_PER_ENV * scale
-    stepping = max(largest * per_env, num_envs * per_env / cores)  # more lanes than cores share them
+    cpu = num_envs * (t_env * cpu_share + T_WRITE_PER_ENV * scale)
+    if lanes > cores:  # the workers' own cycles compete for the cores too
+        cpu += n_workers * T_WORKER_CYCLE * scale
+    stepping = max(largest * per_env, cpu / cores)
     if n_workers == 0:
         sync = 0.0
     elif n_workers + 1 <= cores or (main_shard and lanes <= cores):
@@ -163,13 +198,17 @@ def predicted_step_time(
     else:
         sync = T_SYNC_BLOCK
     wake = T_SYNC_BLOCK + T_CALLER_TAX if caller_computes and n_workers else 0.0
-    return stepping + (wake + sync + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
+    per_worker = T_PER_WORKER * max(0, n_workers - 1)
+    return stepping + (wake + sync + per_worker + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
 
 
-def candidates(num_envs: int, cores: int, main_shard: bool | None = None) -> list[tuple[int, bool]]:
-    """(n_workers, main_shard) pairs worth considering; ``main_shard`` True/False restricts them."""
+def candidates(
+    num_envs: int, cores: int, main_shard: bool | None = None, max_lanes: int | None = None
+) -> list[tuple[int, bool]]:
+    """(n_workers, main_shard) pairs worth considering, up to ``max_lanes`` lanes (default: the
+    cores); ``main_shard`` True/False restricts them."""
     pairs = []
-    for lanes in range(1, min(num_envs, cores) + 1):
+    for lanes in range(1, min(num_envs, cores if max_lanes is None else max_lanes) + 1):
         if main_shard is not False:
             pairs.append((lanes - 1, True))
         if main_shard is not True:
@@ -185,10 +224,14 @@ def choose(
     max_spin: float = 200e-6,
     scale: float = 1.0,
     batch_size: int | None = None,
+    cpu_share: float = 1.0,
+    lanes: int | None = None,
 ) -> Plan:
     """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
 
-    ``scale``: how much slower than the calibration machine this one runs Python (:func:`time_env_and_machine`).
+    ``scale``: how much slower than the calibration machine this one runs Python (:mod:`~shmvec.engine.env_timing`).
+    ``cpu_share``: the share of ``t_env`` that is CPU; under :data:`WAITING_SHARE` the env is
+    planned as waiting, with up to ``lanes`` workers (default :func:`max_lanes`).
     ``batch_size`` (fewer than ``num_envs``): the caller collects in async batches, so every env
     runs in a worker (``main_shard`` False unless given), stepping one batch while the caller
     works on another; the worker count is the one a synchronous step would use, and the reason
@@ -207,25 +250,34 @@ def choose(
         >>> plan = choose(num_envs=2, cores=2, t_env=20e-6, scale=3.0)  # a slow machine: round trips cost more
         >>> plan.n_workers, plan.main_shard
         (0, True)
+        >>> plan = choose(num_envs=32, cores=2, t_env=2e-3, cpu_share=0.02, lanes=32)  # envs that wait 2 ms
+        >>> plan.n_workers, plan.main_shard
+        (32, False)
     """
     batched = batch_size is not None and batch_size < num_envs
     if batched and main_shard is None:
         main_shard = False  # the main process runs the caller: every env steps beside it
+    waiting = cpu_share < WAITING_SHARE
+    if waiting:
+        lanes = max(cores, max_lanes(num_envs) if lanes is None else lanes)
+    else:
+        lanes = cores
     timed = [
-        (predicted_step_time(num_envs, cores, t_env, k, main, scale), k, main)
-        for k, main in candidates(num_envs, cores, main_shard)
+        (predicted_step_time(num_envs, cores, t_env, k, main, scale, cpu_share=cpu_share), k, main)
+        for k, main in candidates(num_envs, cores, main_shard, lanes)
     ]
     best = min(t for t, _, _ in timed)
     near = [(t, k, main) for t, k, main in timed if best / t >= 1.0 - ISOLATION_TOLERANCE]
     # No env in the main process if that is near the best, then the fastest, then fewest processes.
     step, k, main = min(near, key=lambda c: (c[2], c[0], c[1]))
-    serial = predicted_step_time(num_envs, cores, t_env, 0, True, scale)
-    reason = f"auto: {t_env * 1e6:.1f} µs/env step, {cores} cores, " + (
+    serial = predicted_step_time(num_envs, cores, t_env, 0, True, scale, cpu_share=cpu_share)
+    kind = f" ({cpu_share:.0%} CPU: waits)" if waiting else ""
+    reason = f"auto: {t_env * 1e6:.1f} µs/env step{kind}, {cores} cores, " + (
         f"async batches of {batch_size}: the workers step one while the caller works on another"
         if batched
         else f"predicted {serial / step:.2f}x in-process in a training loop"
     )
-    return _with_waits(num_envs, cores, t_env, k, main, max_spin, reason, scale)
+    return _with_waits(num_envs, cores, t_env, k, main, max_spin, reason, scale, cpu_share)
 
 
 def explicit(num_envs: int, cores: int, n_workers: int, main_shard: bool, max_spin: float = 200e-6) -> Plan:
@@ -234,7 +286,7 @@ def explicit(num_envs: int, cores: int, n_workers: int, main_shard: bool, max_sp
     return _with_waits(num_envs, cores, None, n_workers, main_shard, max_spin, reason)
 
 
-def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason, scale=1.0) -> Plan:
+def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason, scale=1.0, cpu_share=1.0) -> Plan:
     """Add the wait policy: how long each side may spin (adaptively, see :mod:`shmvec.ipc.signals`).
 
     When the lanes (workers, plus the main process if it steps a shard) fit the cores,
@@ -255,12 +307,12 @@ def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason,
       between other commands it spins within twice the main process's expected cycle
       (its shard and bookkeeping; ``max_spin`` when not timed).
 
-    When the lanes outnumber the cores, both sides spin within ``max_spin``, so
-    processes do not steal each other's cores. ``max_spin=0`` always blocks.
+    When the lanes outnumber the cores, both sides block: a spinner would take a core from
+    a process with work to do. ``max_spin=0`` always blocks.
     """
     lanes = n_workers + main_shard
     if max_spin == 0 or lanes > cores:
-        return Plan(n_workers, main_shard, max_spin, max_spin, reason, t_env)
+        return Plan(n_workers, main_shard, 0.0, 0.0, reason, t_env, cpu_share=cpu_share)
     spin_limit = MAX_SPIN if main_shard or lanes < cores else max(max_spin, SHARED_CORE_SPIN)
     worker_spin, main_spin = max_spin, spin_limit
     if t_env is not None:
@@ -270,77 +322,7 @@ def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason,
         worker_spin = min(MAX_SPIN, max(max_spin, 2.0 * main_cycle))
         main_spin = max(max_spin, 2.0 * largest * per_env)
         main_spin = main_spin if main_spin <= spin_limit else max_spin  # a spin that cannot cover the wait only costs
-    return Plan(n_workers, main_shard, worker_spin, main_spin, reason, t_env, tight_loop_spin=True)
-
-
-def time_env_and_machine(
-    env_fn: Callable[[], object], budget: float = TIMING_BUDGET, max_steps: int = TIMING_MAX_STEPS
-) -> tuple[float, float]:
-    """Seconds per ``step()`` of one env built by ``env_fn`` (resets included), and how many
-    times slower than the calibration machine this one runs :func:`reference_loop` (the
-    ``scale`` of the overheads), timed in turns within ~``budget``.
-
-    The plan depends on their ratio alone, so they are timed in turns: whatever slows this
-    process meanwhile (another process on its core, a first run after an install) slows
-    both alike and leaves the plan as it would be. The env is built in this process, reset,
-    stepped with random actions (its action space seeded with 0) in batches of
-    :data:`TIMING_BATCH`, each followed by :data:`TIMING_REFERENCE_LOOPS` reference loops,
-    and closed. The ratio is the median of each batch's against the loops right after it,
-    so slowdowns that happen to hit more env batches than loops do not decide it (on a VM
-    whose speed varied 2x between processes, 16 timings of Acrobot spread ±6 % where the
-    ratio of the two medians spread ±15 %); the scale is the median of the loops.
-    """
-    env = env_fn()
-    try:
-        env.action_space.seed(0)
-        env.reset(seed=0)
-        _step_or_reset(env, env.action_space.sample())  # warm-up: first calls allocate
-        reference_loop()
-        env_batches: list[float] = []
-        loop_batches: list[float] = []
-        deadline = time.perf_counter() + budget
-        while len(env_batches) * TIMING_BATCH < max_steps:
-            actions = [env.action_space.sample() for _ in range(TIMING_BATCH)]  # drawn untimed
-            start = time.perf_counter()
-            for action in actions:
-                _step_or_reset(env, action)
-            env_batches.append((time.perf_counter() - start) / TIMING_BATCH)
-            loop_batches.append(_time_reference_loops())
-            if time.perf_counter() > deadline:
-                break
-        loop_time = statistics.median(loop_batches)
-        env_per_loop = statistics.median(e / loop for e, loop in zip(env_batches, loop_batches))
-        return env_per_loop * loop_time, loop_time / REFERENCE_LOOP_TIME
-    finally:
-        env.close()
-
-
-_REFERENCE_ROWS, _REFERENCE_FLAGS = np.zeros((64, 4), np.float32), np.zeros(64, bool)  # reference_loop's buffers
-
-
-def reference_loop() -> None:
-    """A fixed piece of the kind of Python work the overheads are: small dicts, numpy slices and scalar writes."""
-    rows, flags = _REFERENCE_ROWS, _REFERENCE_FLAGS
-    infos = [{"TimeLimit.truncated": False} for _ in range(64)]
-    for i in range(64):
-        flags[i] = False
-        infos[i]["env"] = i
-    rows[:32] = rows[32:]
-    (flags | flags).nonzero()
-
-
-def _time_reference_loops() -> float:
-    """Seconds per :func:`reference_loop`, over :data:`TIMING_REFERENCE_LOOPS` calls."""
-    start = time.perf_counter()
-    for _ in range(TIMING_REFERENCE_LOOPS):
-        reference_loop()
-    return (time.perf_counter() - start) / TIMING_REFERENCE_LOOPS
-
-
-def _step_or_reset(env, action) -> None:
-    _, _, terminated, truncated, _ = env.step(action)
-    if terminated or truncated:
-        env.reset()
+    return Plan(n_workers, main_shard, worker_spin, main_spin, reason, t_env, True, cpu_share)
 
 
 def plan_pool(
@@ -352,18 +334,20 @@ def plan_pool(
     If timing fails (``env_fns[0]`` raises), the envs run in one worker per core, so that
     the start-up reports the error from the worker with its traceback.
     """
-    num_envs, cores = len(env_fns), usable_cores()
+    num_envs, cpus = len(env_fns), usable_cpus()
+    cores = cpus.physical
     if n_workers is not None:
         plan = explicit(num_envs, cores, n_workers, bool(main_shard), max_spin)
     else:
         try:
-            t_env, scale = time_env_and_machine(_wrapped(env_fns[0], env_wrapper))
+            timing = time_env_and_machine(_wrapped(env_fns[0], env_wrapper))
         except Exception as exc:  # reported again, properly, when a worker builds it
             k = min(num_envs, cores) - bool(main_shard)
             plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto: timing env 0 failed ({type(exc).__name__})")
         else:
-            plan = choose(num_envs, cores, t_env, main_shard, max_spin, scale, batch_size)
-    logger.info("shmvec pool of %d envs: %s", num_envs, describe_plan(plan))
+            t_env, scale, cpu_share = timing
+            plan = choose(num_envs, cores, t_env, main_shard, max_spin, scale, batch_size, cpu_share)
+    logger.info("shmvec pool of %d envs (%s): %s", num_envs, cpus.why, describe_plan(plan))
     return plan
 
 

@@ -77,8 +77,6 @@ from shmvec.engine.restart import Rebuild, Restarter
 from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
 from shmvec.engine.validation import (
     check_env_fns,
-    check_main_importable,
-    check_not_bootstrapping,
     check_same_spaces,
 )
 from shmvec.engine.worker_waits import WorkerWaits
@@ -136,7 +134,6 @@ class ShmPool(WorkerWaits, EngineBase):
         obs_buffers: int = 1,
         batch_size: int | None = None,
     ):
-        check_not_bootstrapping()  # a worker re-importing an unguarded main script stops here
         env_fns = check_env_fns(env_fns)
         self.options = options = options or PoolOptions()
         self.num_envs = len(env_fns)
@@ -170,8 +167,6 @@ class ShmPool(WorkerWaits, EngineBase):
     def _start(self, env_fns, env_wrapper, obs_space_match, obs_buffers) -> None:
         res, opts, plan = self._res, self.options, self.plan
         ctx = mp_context(opts.start_method)
-        if self.n_workers:
-            check_main_importable(opts.start_method)
         for k in range(self.n_workers):
             res.links.append(WorkerLink(k, *self.shards[k], plan.main_spin))
             res.links[k].spawn(ctx, env_fns, env_wrapper, plan.worker_spin, opts.worker_threads)

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import functools
-import multiprocessing as mp
 import numbers
 import operator
-import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -15,8 +12,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from shmvec.engine.failures import UNGUARDED_MAIN_EXIT
-from shmvec.errors import InvalidActionError, MainModuleError, SpaceMismatchError
+from shmvec.errors import InvalidActionError, SpaceMismatchError
 
 
 def checked_column(values: object, view: np.ndarray, leaf_space: spaces.Space, context: str) -> np.ndarray:
@@ -187,34 +183,6 @@ def _mismatch(space: str, i: int, all_spaces: list[gym.Space]) -> SpaceMismatchE
     )
     exc.space, exc.spaces = space, all_spaces  # for adapters that word it as their reference does
     return exc
-
-
-def check_not_bootstrapping() -> None:
-    """Stop a worker that is re-importing the user's main script and got to creating a pool.
-
-    Under forkserver and spawn a worker first re-imports the main script; a script without
-    the ``__main__`` guard then builds a pool of its own, and multiprocessing fails with a
-    long traceback in every worker. Exit quietly with a code the main process explains
-    instead (:func:`shmvec.engine.failures.unguarded_main_error`).
-    """
-    process = mp.current_process()
-    if getattr(process, "_inheriting", False) and process.name.startswith("shmvec-worker-"):
-        os._exit(UNGUARDED_MAIN_EXIT)
-
-
-def check_main_importable(start_method: str) -> None:
-    """Raise before starting workers that could not re-import the main script (forkserver, spawn).
-
-    A script piped through standard input is ``__main__`` with ``__file__ == "<stdin>"``:
-    multiprocessing has every worker open that path, and each dies with a traceback.
-    """
-    path = getattr(sys.modules.get("__main__"), "__file__", None)
-    if start_method != "fork" and path is not None and not os.path.isfile(path):
-        raise MainModuleError(
-            f"with start_method={start_method!r} every worker re-imports your main script, but it is not a file "
-            f"they can read ({path!r}: piped through standard input?). Save it to a file and run that, or pass "
-            'start_method="fork".'
-        )
 
 
 def seconds(timeout: Any) -> float | None:

@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from shmvec.engine.lean_start import register_missing
 from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.ipc import layout as lay
 from shmvec.ipc.arena import attach
@@ -111,6 +112,7 @@ def worker_main(
     conn: mp.connection.Connection,
     env_fns_blob: bytes,
     first_env: int,
+    stop_env: int,
     signal_names: tuple[str, str, str],
     max_spin: float,
     n_threads: int | None,
@@ -126,7 +128,7 @@ def worker_main(
     envs: list[gym.Env] = []
     try:
         try:
-            env_fns, env_wrapper = cloudpickle.loads(env_fns_blob)
+            env_fns, env_wrapper = _load_env_fns(env_fns_blob, f"envs {first_env}..{stop_env - 1}", worker)
             envs = build_envs(env_fns, env_wrapper, first_env, where=f"worker {worker}")
             hello = describe_envs(worker, envs)
         except Exception as exc:
@@ -159,6 +161,26 @@ def worker_main(
         cmd.close()
         done.close()
         finished.close()
+
+
+def _load_env_fns(blob: bytes, envs: str, worker: int) -> tuple[list, Any]:
+    """The shard's env_fns and wrapper, with the env ids the parent registered beyond gymnasium's own.
+
+    A worker does not run the user's main script (:mod:`~shmvec.engine.lean_start`), so a
+    module the env_fns need must be importable by name here: if one is not, say which.
+    """
+    try:
+        env_fns, env_wrapper, specs = cloudpickle.loads(blob)
+    except ImportError as exc:
+        exc.add_note(
+            f"shmvec: worker {worker} could not load the env_fns of its {envs}: module {exc.name!r} cannot be "
+            "imported there. Workers import your envs' modules by name and do not run your main script: make the "
+            "module importable in a fresh Python (install it, or add its folder to sys.path before creating the "
+            'vector env), or pass start_method="fork"'
+        )
+        raise
+    register_missing(specs)
+    return env_fns, env_wrapper
 
 
 def _parent_watch(main_pid: int) -> Callable[[], bool]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from shmvec.engine.breakable import Breakable
-from shmvec.engine.failures import not_answered, ranges, remote_error, unguarded_main_error
+from shmvec.engine.failures import not_answered, ranges, remote_error
 from shmvec.engine.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink
 from shmvec.engine.restart import Restart
 from shmvec.errors import ShmVecError, StepTimeoutError, WorkerDiedError
@@ -101,14 +101,11 @@ class WorkerWaits(Breakable):
         return None
 
     def _on_death(self, link: WorkerLink) -> Restart:
-        """What ``link``'s death means: raise its last error, the unguarded main script or
-        WorkerDiedError, or, in restart mode while the budget lasts, return a claimed restart."""
+        """What ``link``'s death means: raise its last error or WorkerDiedError, or, in restart
+        mode while the budget lasts, return a claimed restart."""
         report = link.last_words()
         if report is not None:
             raise remote_error(report)
-        unguarded = unguarded_main_error(link.process.exitcode, self.options.start_method)
-        if unguarded is not None:
-            self._break(str(unguarded), unguarded)
         if self.restarter is None:
             self._break(link.death())
         restart = self.restarter.claim(link)

@@ -36,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 from shmvec.engine import plan as autoconfig
+from shmvec.engine.env_timing import time_env_and_machine
 from shmvec.tools.demo import measure as steps_per_second
 from shmvec.tools.stand_in import CHOICES, StandIn, stand_in_policy
 
@@ -88,8 +89,12 @@ def plan_rows(
     t_env: float,
     scale: float = 1.0,
     caller_computes: bool = True,
+    cpu_share: float = 1.0,
+    plan: autoconfig.Plan | None = None,
 ) -> list[Row]:
-    """The implementations to measure: the references (those installed) and shmvec's candidates."""
+    """The implementations to measure: the references (those installed) and shmvec's candidates
+    (for envs that wait, also worker counts beyond the cores: :func:`shmvec_candidates`), with
+    ``plan``'s among them."""
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
     from shmvec.adapters.vector import ShmVectorEnv
@@ -113,8 +118,11 @@ def plan_rows(
                 lambda: AsyncVectorEnv(fns, shared_memory=True, autoreset_mode=AutoresetMode.SAME_STEP),
             )
         )
-    for k, main in autoconfig.candidates(num_envs, cores):
-        step = autoconfig.predicted_step_time(num_envs, cores, t_env, k, main, scale, caller_computes)
+    pairs = shmvec_candidates(num_envs, cores, cpu_share)
+    if plan is not None and (plan.n_workers, plan.main_shard) not in pairs:
+        pairs.append((plan.n_workers, plan.main_shard))
+    for k, main in pairs:
+        step = autoconfig.predicted_step_time(num_envs, cores, t_env, k, main, scale, caller_computes, cpu_share)
         predicted = None if caller_computes else num_envs / step  # the model leaves the policy's time out
         args = autoconfig.explicit(num_envs, cores, k, main).constructor_args()
         rows.append(
@@ -129,6 +137,23 @@ def plan_rows(
             )
         )
     return rows
+
+
+def shmvec_candidates(num_envs: int, cores: int, cpu_share: float = 1.0) -> list[tuple[int, bool]]:
+    """The plan's candidates up to the cores; for envs that wait, also powers of two beyond them.
+
+    Example:
+        >>> shmvec_candidates(64, 2, cpu_share=0.01)[-4:]
+        [(8, False), (16, False), (32, False), (64, False)]
+    """
+    pairs = autoconfig.candidates(num_envs, cores)
+    if cpu_share < autoconfig.WAITING_SHARE:
+        limit, k = autoconfig.max_lanes(num_envs), 2 * cores
+        while k < limit:
+            pairs.append((k, False))
+            k *= 2
+        pairs.append((limit, False))
+    return list(dict.fromkeys(pairs))
 
 
 def measure(
@@ -201,6 +226,7 @@ def report(
         "num_envs": num_envs,
         "cores": cores,
         "t_env_us": t_env * 1e6,
+        "cpu_share": plan.cpu_share,
         "machine_scale": scale,
         "policy": policy,
         "recommended": {
@@ -228,7 +254,8 @@ def report(
 def format_table(found: dict) -> str:
     lines = [
         f"{found['env']}, {found['num_envs']} envs, {found['cores']} usable cores, "
-        f"{found['t_env_us']:.1f} µs per env step, policy between steps: {found['policy']}",
+        f"{found['t_env_us']:.1f} µs per env step ({found['cpu_share']:.0%} of it CPU), "
+        f"policy between steps: {found['policy']}",
         "",
         f"{'implementation':<40} {'steps/s':>10} {'vs baseline':>11} {'model':>10}",
     ]
@@ -269,9 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ImportError) as exc:
         parser.error(str(exc))
     cores = autoconfig.usable_cores()
-    t_env, scale = autoconfig.time_env_and_machine(env_fn)  # as n_workers=None times them
-    plan = autoconfig.choose(args.num_envs, cores, t_env, scale=scale)  # what n_workers=None would choose
-    rows = plan_rows(env_fn, args.num_envs, cores, t_env, scale, caller_computes=policy is not None)
+    t_env, scale, cpu_share = time_env_and_machine(env_fn)  # as n_workers=None times them
+    plan = autoconfig.choose(args.num_envs, cores, t_env, scale=scale, cpu_share=cpu_share)  # as n_workers=None
+    rows = plan_rows(env_fn, args.num_envs, cores, t_env, scale, policy is not None, cpu_share, plan)
     advance, close = _progress_bar(len(rows) * (args.repeats + 1))
     try:
         measure(rows, args.num_envs, args.seconds, args.repeats, advance, policy)

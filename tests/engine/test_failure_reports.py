@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from shmvec.engine.failures import UNGUARDED_MAIN_EXIT, describe_exit, ranges, remote_error, unguarded_main_error
-from shmvec.errors import EnvError, MainModuleError, RemoteTraceback
+from shmvec.engine.failures import describe_exit, ranges, remote_error
+from shmvec.errors import EnvError, RemoteTraceback
 from shmvec.ipc.protocol import ErrorReport
 
 
@@ -83,14 +83,3 @@ def test_remote_error_of_an_unpicklable_exception_is_an_env_error():
     assert str(exc) == f"{Unpicklable.__module__}.Unpicklable: odd"
     assert "Unpicklable: odd" in exc.__cause__.tb
     assert (exc.env_index, exc.worker_index) == (1, 0)
-
-
-def test_unguarded_main_error_only_for_its_exit_code():
-    exc = unguarded_main_error(UNGUARDED_MAIN_EXIT, "spawn")
-    assert type(exc) is MainModuleError
-    message = str(exc)
-    assert message.startswith("the worker processes could not start: with start_method='spawn' every worker")
-    assert 'if __name__ == "__main__":' in message and 'start_method="fork"' in message
-    assert unguarded_main_error(1, "spawn") is None
-    assert unguarded_main_error(None, "forkserver") is None
-    assert unguarded_main_error(-9, "forkserver") is None

@@ -13,9 +13,10 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
-from shmvec.engine import caller_threads
+from shmvec.engine import caller_threads, env_timing
 from shmvec.engine import plan as autoconfig
 from shmvec.engine import pool as pool_module
+from shmvec.engine.machine import Cpus
 from shmvec.engine.plan import ISOLATION_TOLERANCE, candidates, choose, explicit, predicted_step_time
 from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import NextWait
@@ -102,8 +103,8 @@ def test_waits_spin_longer_only_when_every_busy_process_has_a_core():
     two = explicit(64, CORES, 2, False)  # 2 workers on 2 cores; the main process only waits, sharing a core
     assert (two.main_spin, two.worker_spin, two.tight_loop_spin) == (autoconfig.SHARED_CORE_SPIN, 200e-6, True)
     assert explicit(64, 4, 2, False).main_spin == MAX_SPIN  # a core of its own: it spins as long as it may
-    crowded = explicit(64, CORES, 3, False)  # more workers than cores: short spins
-    assert (crowded.main_spin, crowded.worker_spin, crowded.tight_loop_spin) == (200e-6, 200e-6, False)
+    crowded = explicit(64, CORES, 3, False)  # more workers than cores: nobody spins on a core another needs
+    assert (crowded.main_spin, crowded.worker_spin, crowded.tight_loop_spin) == (0.0, 0.0, False)
     assert explicit(64, CORES, 1, True).tight_loop_spin  # main shard + 1 worker fit 2 cores
     assert not explicit(64, CORES, 2, True).tight_loop_spin  # 3 lanes on 2 cores do not
     never = choose(64, CORES, 7e-6, max_spin=0.0)  # max_spin=0 always blocks
@@ -149,8 +150,8 @@ def test_time_env_and_machine_measures_and_closes():
             closed.append(True)
             super().close()
 
-    t_fast, scale_fast = autoconfig.time_env_and_machine(cartpole)
-    t_slow, scale_slow = autoconfig.time_env_and_machine(lambda: Slow(cartpole()))
+    t_fast, scale_fast, _ = env_timing.time_env_and_machine(cartpole)
+    t_slow, scale_slow, _ = env_timing.time_env_and_machine(lambda: Slow(cartpole()))
     assert 0 < t_fast < t_slow and closed == [True]
     assert scale_fast > 0 and scale_slow > 0
 
@@ -171,10 +172,10 @@ class TickClock:
 def test_a_slowdown_over_most_of_the_timing_slows_the_env_and_the_machine_alike(monkeypatch):
     """The plan depends on t_env / scale alone: a slowdown over most of the timing window
     must move both, not the env's time alone (as timing one after the other would)."""
-    monkeypatch.setattr(autoconfig.time, "perf_counter", TickClock())
-    t_env, scale = autoconfig.time_env_and_machine(cartpole)
-    monkeypatch.setattr(autoconfig.time, "perf_counter", TickClock(slowed=0.8 * autoconfig.TIMING_BUDGET))
-    t_slowed, scale_slowed = autoconfig.time_env_and_machine(cartpole)
+    monkeypatch.setattr(env_timing.time, "perf_counter", TickClock())
+    t_env, scale, _ = env_timing.time_env_and_machine(cartpole)
+    monkeypatch.setattr(env_timing.time, "perf_counter", TickClock(slowed=0.8 * env_timing.TIMING_BUDGET))
+    t_slowed, scale_slowed, _ = env_timing.time_env_and_machine(cartpole)
     assert t_slowed == pytest.approx(2 * t_env)  # most of the window ran at half speed
     assert t_slowed / scale_slowed == pytest.approx(t_env / scale)
 
@@ -199,14 +200,101 @@ def test_the_ratio_is_taken_batch_by_batch(monkeypatch):
     def reference_loops():
         slowed = batch[0] < 4  # ... and the loops after batches 0-3
         batch[0] += 1
-        return (2.0 if slowed else 1.0) * autoconfig.REFERENCE_LOOP_TIME
+        return (2.0 if slowed else 1.0) * env_timing.REFERENCE_LOOP_TIME
 
-    monkeypatch.setattr(autoconfig.time, "perf_counter", lambda: now[0])
-    monkeypatch.setattr(autoconfig, "_time_reference_loops", reference_loops)
-    t_env, scale = autoconfig.time_env_and_machine(Clocked, budget=1.0, max_steps=10 * autoconfig.TIMING_BATCH)
+    monkeypatch.setattr(env_timing.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(env_timing, "_time_reference_loops", reference_loops)
+    t_env, scale, _ = env_timing.time_env_and_machine(Clocked, budget=1.0, max_steps=10 * env_timing.TIMING_BATCH)
     assert batch[0] == 10
     assert scale == pytest.approx(1.0)  # the median loop ran at full speed
     assert t_env / scale == pytest.approx(1e-6)  # the unslowed ratio
+
+
+# ==== envs that wait ========================================================================
+
+
+@pytest.mark.parametrize("num_envs", [32, 256, 1024])
+def test_envs_that_wait_get_lanes_beyond_the_cores(num_envs):
+    plan = choose(num_envs, CORES, 2e-3, cpu_share=0.01, lanes=autoconfig.MAX_LANES)
+    lanes = plan.n_workers + plan.main_shard
+    assert CORES < lanes <= min(num_envs, autoconfig.MAX_LANES) and not plan.main_shard
+    assert "(1% CPU: waits)" in plan.reason
+    assert (plan.worker_spin, plan.main_spin) == (0.0, 0.0)  # more processes than cores: every wait blocks
+    if num_envs == 32:
+        assert plan.n_workers == 32  # one env each: every env waits at once
+
+
+def test_the_workers_own_cycles_stop_the_lanes_from_growing():
+    """Each worker's wake-up and post take CPU on the shared cores and a turn in the main process:
+    beyond some count another worker costs more than it saves, and the model knows it."""
+    assert choose(256, CORES, 2e-3, cpu_share=0.01, lanes=256).n_workers < 256
+    many_cores = choose(256, 64, 2e-3, cpu_share=0.01, lanes=256)  # cores to spare: one env per worker pays
+    assert many_cores.n_workers == 256
+    assert predicted_step_time(256, CORES, 2e-3, 128, False, cpu_share=0.01) < predicted_step_time(
+        256, CORES, 2e-3, 256, False, cpu_share=0.01
+    )
+
+
+def test_envs_that_compute_stay_within_the_cores():
+    for share in (1.0, 0.6):  # 0.6: a VM that stole some of the timing's CPU, or an env that waits a little
+        plan = choose(256, CORES, 2e-3, cpu_share=share, lanes=256)
+        assert plan.n_workers + plan.main_shard <= CORES and "waits" not in plan.reason
+    assert choose(64, CORES, 7e-6, cpu_share=1.0) == choose(64, CORES, 7e-6)
+
+
+def test_lanes_are_bounded_by_memory_and_file_descriptors(monkeypatch):
+    monkeypatch.setattr(autoconfig, "available_memory", lambda: 10 * autoconfig.WORKER_MEMORY)
+    assert autoconfig.max_lanes(1000) == 10
+    monkeypatch.setattr(autoconfig, "available_memory", lambda: None)
+    assert autoconfig.max_lanes(1000) == min(
+        autoconfig.MAX_LANES, autoconfig.resource.getrlimit(autoconfig.resource.RLIMIT_NOFILE)[0] // 8
+    )
+    assert autoconfig.max_lanes(3) == 3
+    monkeypatch.setattr(autoconfig, "available_memory", lambda: 0)
+    assert autoconfig.max_lanes(1000) == 1
+
+
+def test_more_workers_cost_the_main_process_a_turn_each(monkeypatch):
+    monkeypatch.setattr(autoconfig, "T_WRITE_PER_ENV", 0.0)  # envs that cost nothing: only the overheads remain
+    one, two, many = (predicted_step_time(64, 64, 0.0, k, False) for k in (1, 2, 33))
+    assert (two - one, many - one) == pytest.approx((autoconfig.T_PER_WORKER, 32 * autoconfig.T_PER_WORKER))
+    monkeypatch.undo()
+    heavy = choose(64, 16, 7e-6)  # light envs on 16 cores: 15 workers' turns cost more than their envs save
+    assert heavy.n_workers + heavy.main_shard < 16
+
+
+class Sleeper(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        time.sleep(1e-3)  # a syscall that waits: no CPU
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+def test_the_timing_tells_an_env_that_waits_from_one_that_computes():
+    assert env_timing.time_env_and_machine(Sleeper).cpu_share < 0.2
+    assert env_timing.time_env_and_machine(cartpole).cpu_share > 0.5
+
+
+def test_a_cpu_quota_caps_the_plan(monkeypatch, closing):
+    monkeypatch.setattr(autoconfig, "usable_cpus", lambda: Cpus(1, 1, "cgroup CPU quota 1 of 64 CPUs"))
+    plan = autoconfig.plan_pool(None, None, 200e-6, [lambda: bench_like_heavy()] * 8)
+    assert plan.n_workers + plan.main_shard == 1 and "1 cores" in plan.reason
+
+
+def bench_like_heavy() -> gym.Env:
+    class Heavy(Sleeper):
+        def step(self, action):
+            end = time.perf_counter() + 200e-6
+            while time.perf_counter() < end:
+                pass
+            return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    return Heavy()
 
 
 # ==== pools built with n_workers=None ======================================================
@@ -294,10 +382,10 @@ def test_a_slower_machine_keeps_few_light_envs_in_process():
 
 def test_the_machine_scale_is_the_reference_loops_time_against_the_calibration(monkeypatch):
     clock = iter(range(0, 10_000, 2))  # every timed stretch takes 2 s on the fake clock
-    monkeypatch.setattr(autoconfig.time, "perf_counter", lambda: next(clock))
-    t_env, scale = autoconfig.time_env_and_machine(cartpole)
-    assert t_env == pytest.approx(2 / autoconfig.TIMING_BATCH)
-    assert scale == pytest.approx(2 / autoconfig.TIMING_REFERENCE_LOOPS / autoconfig.REFERENCE_LOOP_TIME)
+    monkeypatch.setattr(env_timing.time, "perf_counter", lambda: next(clock))
+    t_env, scale, _ = env_timing.time_env_and_machine(cartpole)
+    assert t_env == pytest.approx(2 / env_timing.TIMING_BATCH)
+    assert scale == pytest.approx(2 / env_timing.TIMING_REFERENCE_LOOPS / env_timing.REFERENCE_LOOP_TIME)
 
 
 def test_async_batches_put_every_env_in_a_worker_unless_told_otherwise(closing):

@@ -1,0 +1,107 @@
+"""Timing an env at start-up: its step's wall time, how much of it is CPU, and this machine's speed.
+
+:mod:`~shmvec.engine.plan` prices every layout with overheads calibrated on one machine
+(its ``T_*`` constants); :func:`time_env_and_machine` says how long the user's env takes
+against those overheads here, and whether it computes or waits.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+# reference_loop()'s time on the machine the T_* above were calibrated on. Estimated: the loop
+# and CartPole-v1's step timed alongside on a slower VM (21.8 µs, 21.2 µs), and CartPole's
+# step on the calibration machine (6.3 µs).
+REFERENCE_LOOP_TIME = 6.5e-6
+TIMING_BUDGET = 0.05  # seconds spent timing the env at start-up
+TIMING_MAX_STEPS = 400
+TIMING_BATCH = 10  # steps per timed batch; a median over batches decides (a first call or a hiccup does not)
+TIMING_REFERENCE_LOOPS = 5  # reference_loop() calls timed after each batch (~30-70 µs)
+
+
+class EnvTiming(NamedTuple):
+    """What :func:`time_env_and_machine` measured."""
+
+    t_env: float  # seconds per step (wall time)
+    scale: float  # how many times slower than the calibration machine this one runs reference_loop()
+    cpu_share: float  # the part of t_env that is the thread's CPU time (the rest, waiting in syscalls)
+
+
+def time_env_and_machine(
+    env_fn: Callable[[], object], budget: float = TIMING_BUDGET, max_steps: int = TIMING_MAX_STEPS
+) -> EnvTiming:
+    """Seconds per ``step()`` of one env built by ``env_fn`` (resets included), how many
+    times slower than the calibration machine this one runs :func:`reference_loop` (the
+    ``scale`` of the overheads), and how much of the step is CPU, timed in turns within ~``budget``.
+
+    The plan depends on their ratio alone, so they are timed in turns: whatever slows this
+    process meanwhile (another process on its core, a first run after an install) slows
+    both alike and leaves the plan as it would be. The env is built in this process, reset,
+    stepped with random actions (its action space seeded with 0) in batches of
+    :data:`TIMING_BATCH`, each followed by :data:`TIMING_REFERENCE_LOOPS` reference loops,
+    and closed. The ratio is the median of each batch's against the loops right after it,
+    so slowdowns that happen to hit more env batches than loops do not decide it (on a VM
+    whose speed varied 2x between processes, 16 timings of Acrobot spread ±6 % where the
+    ratio of the two medians spread ±15 %); the scale is the median of the loops. The CPU
+    share is the median of each batch's thread CPU time against its wall time: an env that
+    waits on a simulator, a socket or a sleep uses its thread's CPU only around the wait.
+    """
+    env = env_fn()
+    try:
+        env.action_space.seed(0)
+        env.reset(seed=0)
+        _step_or_reset(env, env.action_space.sample())  # warm-up: first calls allocate
+        reference_loop()
+        env_batches: list[float] = []
+        loop_batches: list[float] = []
+        cpu_shares: list[float] = []
+        deadline = time.perf_counter() + budget
+        while len(env_batches) * TIMING_BATCH < max_steps:
+            actions = [env.action_space.sample() for _ in range(TIMING_BATCH)]  # drawn untimed
+            start, start_cpu = time.perf_counter(), time.thread_time()
+            for action in actions:
+                _step_or_reset(env, action)
+            wall, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
+            env_batches.append(wall / TIMING_BATCH)
+            cpu_shares.append(min(1.0, cpu / wall) if wall > 0 else 1.0)
+            loop_batches.append(_time_reference_loops())
+            if time.perf_counter() > deadline:
+                break
+        loop_time = statistics.median(loop_batches)
+        env_per_loop = statistics.median(e / loop for e, loop in zip(env_batches, loop_batches))
+        return EnvTiming(env_per_loop * loop_time, loop_time / REFERENCE_LOOP_TIME, statistics.median(cpu_shares))
+    finally:
+        env.close()
+
+
+_REFERENCE_ROWS, _REFERENCE_FLAGS = np.zeros((64, 4), np.float32), np.zeros(64, bool)  # reference_loop's buffers
+
+
+def reference_loop() -> None:
+    """A fixed piece of the kind of Python work the overheads are: small dicts, numpy slices and scalar writes."""
+    rows, flags = _REFERENCE_ROWS, _REFERENCE_FLAGS
+    infos = [{"TimeLimit.truncated": False} for _ in range(64)]
+    for i in range(64):
+        flags[i] = False
+        infos[i]["env"] = i
+    rows[:32] = rows[32:]
+    (flags | flags).nonzero()
+
+
+def _time_reference_loops() -> float:
+    """Seconds per :func:`reference_loop`, over :data:`TIMING_REFERENCE_LOOPS` calls."""
+    start = time.perf_counter()
+    for _ in range(TIMING_REFERENCE_LOOPS):
+        reference_loop()
+    return (time.perf_counter() - start) / TIMING_REFERENCE_LOOPS
+
+
+def _step_or_reset(env, action) -> None:
+    _, _, terminated, truncated, _ = env.step(action)
+    if terminated or truncated:
+        env.reset()
