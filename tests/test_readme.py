@@ -64,6 +64,8 @@ def test_the_demo_runs_and_says_what_the_default_chose(tmp_path):
             "64",
             "--train-rounds",
             "1",
+            "--wait-envs",
+            "4",
         ],
         cwd=tmp_path,
         capture_output=True,
@@ -74,6 +76,13 @@ def test_the_demo_runs_and_says_what_the_default_chose(tmp_path):
     assert "the default chose: ShmPoolVecEnv(num_envs=2" in done.stdout  # the training run's
     trained = [line.split()[0] for line in done.stdout.splitlines() if line.endswith("x") and "s  " in line]
     assert trained[:2] == ["DummyVecEnv", "ShmPoolVecEnv"], done.stdout
-    assert "the default chose: ShmPoolVecEnv(num_envs=4" in done.stdout
-    rows = [line.split()[0] for line in done.stdout.splitlines()[-4:]]
+    waiting, stepping = done.stdout.split("Envs that wait for a simulator: 4 envs", 1)[1].split("CartPole-v1, 4 envs")
+    assert "% CPU: waits)" in waiting, waiting  # the default saw that they wait
+    assert [line.split()[0] for line in waiting.strip().splitlines()[-3:]] == [
+        "DummyVecEnv",
+        "SubprocVecEnv",
+        "ShmPoolVecEnv",
+    ], waiting
+    assert "the default chose: ShmPoolVecEnv(num_envs=4" in stepping
+    rows = [line.split()[0] for line in stepping.strip().splitlines()[-4:]]
     assert rows == ["DummyVecEnv", "SubprocVecEnv", "ShmPoolVecEnv", "ShmPoolVecEnv"], done.stdout

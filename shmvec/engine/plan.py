@@ -11,12 +11,13 @@ one extra env built in the main process from ``env_fns[0]``, a few random steps 
 for ``P`` up to the usable cores (:mod:`~shmvec.engine.machine`: the affinity set within the
 cgroup CPU quota, SMT siblings counted once), the one the overhead model predicts fastest::
 
-    step time = max(largest shard * t_env, CPU of all lanes / cores)
-                + wake-up + sync(P) + per worker * (P - 1) + bookkeeping(N)
+    step time = max(largest shard * t_env + per worker * (P - 1), CPU of all lanes / cores)
+                + wake-up + sync(P) + bookkeeping(N)
 
 (``sync``: 0 in-process, :data:`T_SYNC_SPIN` when every busy process has a core,
 :data:`T_SYNC_BLOCK` when the main process waiting for workers would need one more;
-the main process posts to and collects from each worker in turn, :data:`T_PER_WORKER`),
+the main process posts to and collects from each worker in turn, :data:`T_PER_WORKER`; with
+more workers than cores that turn and the wait for a core overlap the shards' wait),
 that is ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env / P + t_overhead)``.
 
 Envs that wait rather than compute (a simulator answering over a socket, a robot) need no
@@ -87,12 +88,16 @@ T_BOOK_FIXED = 10e-6  # the main process's per-step bookkeeping (adapters), any 
 T_BOOK_PER_ENV = 0.15e-6  # ... per env (observation copy, infos)
 T_WRITE_PER_ENV = 0.4e-6  # a shard writing one env's rows into shared memory, on top of the step
 # The main process posts to each worker and collects its answer in turn: each worker beyond the
-# first adds this to the step's critical path (measured ~5 µs per worker on the 2-core VM,
-# scale ~2, with K = 4 to 64 workers that each wait).
+# first adds this to the step's critical path (~5 µs of main-thread CPU per worker on the 2-core
+# VM at scale ~2, K = 4 to 64 workers that each wait).
 T_PER_WORKER = 2.5e-6
-# A worker's CPU per step outside its envs (woken from a futex, its command loop, its post), which
-# lanes beyond the cores must share them for. Fitted to 32-256 waiting envs on 2 cores.
-T_WORKER_CYCLE = 10e-6
+# ... and with more workers than cores, each woken worker also waits for a core: fitted to 32 to
+# 1024 envs that wait 2 ms on 2 cores, 8 to 256 workers (step = max(largest shard's wait +
+# K * this, CPU / cores) within 5 % in 8 of 9 cases).
+T_PER_CROWDED_WORKER = 12e-6
+# A worker's CPU per step outside its envs (woken from a futex, its command loop, its post, the
+# context switches around its env's wait), which lanes beyond the cores share them for (same fit).
+T_WORKER_CYCLE = 55e-6
 # Envs whose step is less than this share CPU (thread CPU time / wall time) are planned as waiting:
 # lanes beyond the cores are considered for them.
 WAITING_SHARE = 0.5
@@ -188,9 +193,11 @@ def predicted_step_time(
     largest, _ = shard_sizes(num_envs, n_workers, main_shard)
     per_env = t_env + T_WRITE_PER_ENV * scale
     cpu = num_envs * (t_env * cpu_share + T_WRITE_PER_ENV * scale)
-    if lanes > cores:  # the workers' own cycles compete for the cores too
+    turns = T_PER_WORKER * max(0, n_workers - 1)  # the main process's turn with each worker
+    if lanes > cores:  # the workers' own cycles compete for the cores, and each woken worker waits for one
         cpu += n_workers * T_WORKER_CYCLE * scale
-    stepping = max(largest * per_env, cpu / cores)
+        turns = T_PER_CROWDED_WORKER * n_workers
+    stepping = max(largest * per_env + turns * scale, cpu / cores)
     if n_workers == 0:
         sync = 0.0
     elif n_workers + 1 <= cores or (main_shard and lanes <= cores):
@@ -198,8 +205,7 @@ def predicted_step_time(
     else:
         sync = T_SYNC_BLOCK
     wake = T_SYNC_BLOCK + T_CALLER_TAX if caller_computes and n_workers else 0.0
-    per_worker = T_PER_WORKER * max(0, n_workers - 1)
-    return stepping + (wake + sync + per_worker + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
+    return stepping + (wake + sync + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
 
 
 def candidates(

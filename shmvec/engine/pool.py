@@ -53,6 +53,7 @@ from __future__ import annotations
 import bisect
 import copy
 import functools
+import math
 import operator
 import pickle
 import time
@@ -213,8 +214,8 @@ class ShmPool(WorkerWaits, EngineBase):
             )
         short_spin, self.omp_spin = short_spin_for_pool(opts.omp_spin, self.n_workers)
         # told of every step (and async send) and its return: see caller_threads
-        cores = usable_cores()
-        self.caller = res.caller = caller_threads_for_pool(opts.torch_threads, self.n_workers, cores, short_spin)
+        busy = min(self.n_workers, math.ceil(self.n_workers * plan.cpu_share))  # workers of envs that wait idle
+        self.caller = res.caller = caller_threads_for_pool(opts.torch_threads, busy, usable_cores(), short_spin)
         self._start_collaborators(env_fns, env_wrapper, obs_space_match)
 
     def _start_collaborators(self, env_fns, env_wrapper, obs_space_match) -> None:

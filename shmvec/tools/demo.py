@@ -3,14 +3,17 @@
 First a short training run, what users came for: SB3's PPO (its defaults, torch's threads
 as they are) on the same envs over DummyVecEnv and over the default ``ShmPoolVecEnv``,
 taking turns, with the median wall time of collecting (rollout), learning (update) and
-both. Then a stepping table: every implementation steps the same envs with the same
-pre-drawn actions, round-robin so that load from other processes hits all of them
-alike, and the table quotes each one's median throughput in env steps per second.
+both. Then two stepping tables: envs that wait for a simulator (each step blocks in a
+syscall and uses almost no CPU), and light CPU-bound envs. Every implementation steps
+the same envs with the same pre-drawn actions, round-robin so that load from other
+processes hits all of them alike, and each table quotes the median throughput in env
+steps per second.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -45,7 +48,7 @@ def build(name: str, env_fns: list[Callable[[], gym.Env]], n_workers: int):
     if name == "SubprocVecEnv":
         return SubprocVecEnv(env_fns, start_method="fork")
     if name == DEFAULT:
-        return ShmPoolVecEnv(env_fns, start_method="fork")  # n_workers=None: chosen at start-up
+        return ShmPoolVecEnv(env_fns)  # n_workers=None: chosen at start-up
     return ShmPoolVecEnv(env_fns, n_workers=n_workers, start_method="fork")
 
 
@@ -89,7 +92,7 @@ def train_side_by_side(env_id: str, num_envs: int, timesteps: int, rounds: int) 
     from shmvec.adapters.sb3 import ShmPoolVecEnv
 
     env_fns = [lambda: gym.make(env_id) for _ in range(num_envs)]
-    builds = {"DummyVecEnv": lambda: DummyVecEnv(env_fns), DEFAULT: lambda: ShmPoolVecEnv(env_fns, start_method="fork")}
+    builds = {"DummyVecEnv": lambda: DummyVecEnv(env_fns), DEFAULT: lambda: ShmPoolVecEnv(env_fns)}
     print(f"Training: PPO (SB3 defaults, n_steps=256) on {env_id} x{num_envs}, {timesteps} steps, {rounds} rounds each")
     times: dict[str, list[dict[str, float]]] = {name: [] for name in builds}
     for r in range(rounds):
@@ -115,6 +118,43 @@ def train_side_by_side(env_id: str, num_envs: int, timesteps: int, rounds: int) 
     print()
 
 
+def step_side_by_side(
+    names: list[str], env_fns: list[Callable[[], gym.Env]], n_workers: int, rounds: int, seconds: float
+) -> dict[str, float]:
+    """Median env steps per second of each implementation in ``names``, stepped in turns."""
+    envs = {}
+    try:
+        for name in names:
+            envs[name] = build(name, env_fns, n_workers)
+            envs[name].seed(0)
+            envs[name].reset()
+        print(f"the default chose: {envs[DEFAULT]!r}")
+        space = envs[names[0]].action_space
+        space.seed(0)
+        actions = np.stack([np.stack([space.sample() for _ in range(len(env_fns))]) for _ in range(256)])
+        for env in envs.values():  # warm-up
+            measure(env, actions, min(0.2, seconds))
+        rates: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(rounds):
+            for name, env in envs.items():
+                rates[name].append(measure(env, actions, seconds))
+    finally:
+        for env in envs.values():
+            env.close()
+    return {name: statistics.median(rates[name]) for name in names}
+
+
+def print_rates(rates: dict[str, float], limit: float | None = None) -> None:
+    """A table of ``rates`` against DummyVecEnv's (and against ``limit``, the most any could reach)."""
+    width = max(map(len, rates))
+    extra = f"  {'of the limit':>12}" if limit else ""
+    print(f"\n{'implementation':<{width}}  {'steps/s (median)':>16}  {'vs DummyVecEnv':>14}{extra}")
+    for name, rate in rates.items():
+        share = f"  {rate / limit:>12.2f}" if limit else ""
+        print(f"{name:<{width}}  {rate:>16,.0f}  {rate / rates['DummyVecEnv']:>13.2f}x{share}")
+    print()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="CartPole-v1", help="Gymnasium env id (default CartPole-v1)")
@@ -135,40 +175,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--train-rounds", type=int, default=3, help="training runs of each; the median is reported (default 3)"
     )
+    parser.add_argument("--wait-envs", type=int, default=32, help="envs that wait (0: none; default 32)")
+    parser.add_argument("--wait-ms", type=float, default=2.0, help="how long each of their steps waits (default 2)")
     args = parser.parse_args(argv)
     if args.train_steps > 0:
         train_side_by_side(args.train_env, args.train_envs, args.train_steps, args.train_rounds)
+    if args.wait_envs > 0:
+        from shmvec.tools.waiting_env import WaitingEnv
+
+        wait = args.wait_ms / 1e3
+        limit = args.wait_envs / wait
+        print(
+            f"Envs that wait for a simulator: {args.wait_envs} envs whose step blocks {args.wait_ms:g} ms in a "
+            f"syscall (almost no CPU), {os.cpu_count()} cores; the limit, every env waiting at once, is "
+            f"{limit:,.0f} steps/s"
+        )
+        env_fns = [functools.partial(WaitingEnv, wait)] * args.wait_envs
+        rates = step_side_by_side(["DummyVecEnv", "SubprocVecEnv", DEFAULT], env_fns, 0, 3, min(args.seconds, 0.5))
+        print_rates(rates, limit)
 
     env_fns = [lambda: gym.make(args.env) for _ in range(args.num_envs)]
     names = ["DummyVecEnv", "SubprocVecEnv", DEFAULT, f"ShmPoolVecEnv ({args.workers} workers)"]
     print(f"{args.env}, {args.num_envs} envs, {os.cpu_count()} cores: {args.rounds} rounds of {args.seconds}s each")
-
-    envs = {}
-    try:
-        for name in names:
-            envs[name] = build(name, env_fns, args.workers)
-            envs[name].seed(0)
-            envs[name].reset()
-        print(f"the default chose: {envs[DEFAULT]!r}")
-        space = envs[names[0]].action_space
-        space.seed(0)
-        actions = np.stack([np.stack([space.sample() for _ in range(args.num_envs)]) for _ in range(256)])
-        for env in envs.values():  # warm-up
-            measure(env, actions, 0.2)
-        rates: dict[str, list[float]] = {name: [] for name in names}
-        for _ in range(args.rounds):
-            for name, env in envs.items():
-                rates[name].append(measure(env, actions, args.seconds))
-    finally:
-        for env in envs.values():
-            env.close()
-
-    baseline = statistics.median(rates["DummyVecEnv"])
-    width = max(map(len, names))
-    print(f"\n{'implementation':<{width}}  {'steps/s (median)':>16}  {'vs DummyVecEnv':>14}")
-    for name in names:
-        rate = statistics.median(rates[name])
-        print(f"{name:<{width}}  {rate:>16,.0f}  {rate / baseline:>13.2f}x")
+    print_rates(step_side_by_side(names, env_fns, args.workers, args.rounds, args.seconds))
 
 
 if __name__ == "__main__":

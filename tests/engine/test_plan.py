@@ -258,6 +258,10 @@ def test_more_workers_cost_the_main_process_a_turn_each(monkeypatch):
     monkeypatch.setattr(autoconfig, "T_WRITE_PER_ENV", 0.0)  # envs that cost nothing: only the overheads remain
     one, two, many = (predicted_step_time(64, 64, 0.0, k, False) for k in (1, 2, 33))
     assert (two - one, many - one) == pytest.approx((autoconfig.T_PER_WORKER, 32 * autoconfig.T_PER_WORKER))
+    crowded = predicted_step_time(64, 2, 0.0, 33, False, cpu_share=0.0)  # 33 workers on 2 cores
+    c = autoconfig
+    per_step = 2 * c.T_SYNC_BLOCK + c.T_CALLER_TAX + c.T_BOOK_FIXED + 64 * c.T_BOOK_PER_ENV  # wake-up, sync, books
+    assert crowded == pytest.approx(max(33 * c.T_PER_CROWDED_WORKER, 33 * c.T_WORKER_CYCLE / 2) + per_step)
     monkeypatch.undo()
     heavy = choose(64, 16, 7e-6)  # light envs on 16 cores: 15 workers' turns cost more than their envs save
     assert heavy.n_workers + heavy.main_shard < 16
