@@ -7,28 +7,16 @@ turns a batch of rows into Gymnasium's return values.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from shmvec.adapters import gym_resets
+from shmvec.adapters.gym_infos import add_record_infos
 from shmvec.engine.validation import seconds
 from shmvec.errors import InvalidActionError, NoPendingCallError, ResetNeededError
 from shmvec.ipc import layout as lay
-from shmvec.ipc.protocol import StepInfo
-
-
-def add_record_infos(infos: dict[str, Any], add_info: Callable, rows: Iterable[tuple[int, StepInfo]]) -> dict[str, Any]:
-    """Add each ``(row, record)``'s infos as the references do (rows in increasing order)."""
-    for row, record in rows:
-        if record.final_info is not None:
-            infos = add_info(infos, {"final_obs": record.final_obs, "final_info": record.final_info}, row)
-        elif record.restarted:  # its worker died: no final_obs, the last observation is lost
-            infos = add_info(infos, {"shmvec_restarted": True}, row)
-        infos = add_info(infos, record.info, row)
-    return infos
 
 
 class _BatchInfos:

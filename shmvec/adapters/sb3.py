@@ -117,6 +117,7 @@ class ShmPoolVecEnv(VecEnv):
             self._pool.close()
             raise
         self._env_range = range(self.num_envs)
+        self._pool.info_columns = True  # the infos of shared rows come as groups, turned into dicts here
         self.metadata = self._pool.env_metadata  # as DummyVecEnv
         self.n_workers = self._pool.n_workers
 
@@ -158,6 +159,15 @@ class ShmPoolVecEnv(VecEnv):
         dones = terminated | truncated
         # N fresh dicts, as DummyVecEnv returns (callers and wrappers add keys to them).
         infos: list[dict[str, Any]] = [{"TimeLimit.truncated": False} for _ in self._env_range]
+        for group in pool.info_groups:  # infos of shared rows: envs whose episode goes on
+            dicts = group.dicts()
+            for info in dicts:
+                info["TimeLimit.truncated"] = False
+            if type(group.envs) is slice:
+                infos[group.envs] = dicts
+            else:
+                for i, info in zip(group.envs.tolist(), dicts):
+                    infos[i] = info
         for record in sent:
             i = record.env_index
             if record.final_info is not None:  # the episode ended and the env auto-reset

@@ -23,13 +23,10 @@ from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from shmvec.adapters import gym_resets, gym_spaces
-from shmvec.adapters.async_batches import (
-    AsyncBatches,
-    add_record_infos,
-    checked_batch_size,
-)
+from shmvec.adapters.async_batches import AsyncBatches, checked_batch_size
 from shmvec.adapters.env_calls import EnvCalls
 from shmvec.adapters.gym_actions import GymActions
+from shmvec.adapters.gym_infos import add_step_infos
 from shmvec.backends import make_pool
 from shmvec.engine.interface import Engine
 from shmvec.errors import (
@@ -149,6 +146,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
                 batch_differing_spaces(exc.spaces)  # AsyncVectorEnv fails here first, if it fails
             raise gym_spaces.space_mismatch(exc.space, exc.spaces, observation_mode, type(self).__name__) from exc
         pool = self._pool
+        pool.info_columns = True  # step infos from shared rows come as groups: see gym_infos
         try:
             self.num_envs = pool.num_envs
             self.n_workers = pool.n_workers
@@ -331,8 +329,8 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
         terminated, truncated = pool.terminated.copy(), pool.truncated.copy()
         if self.autoreset_mode == AutoresetMode.DISABLED:
             self._needs_reset = terminated | truncated
-        # records are sorted by env index, as SyncVectorEnv adds them
-        infos = add_record_infos({}, self._add_info, ((record.env_index, record) for record in records))
+        # records are sorted by env index, as SyncVectorEnv adds them; the rows' infos come as columns
+        infos = add_step_infos({}, self._add_info, self.num_envs, records, pool.info_groups)
         return self._observations(), pool.rewards.copy(), terminated, truncated, infos
 
     def _observations(self) -> Any:

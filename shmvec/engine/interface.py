@@ -24,6 +24,7 @@ import numpy as np
 
 from shmvec.engine.breakable import Breakable
 from shmvec.ipc.action_rows import ActionRows
+from shmvec.ipc.info_rows import InfoGroup
 from shmvec.ipc.obs_buffers import ObsBuffers
 from shmvec.ipc.protocol import Reset, RunOps, StepInfo
 
@@ -47,6 +48,10 @@ class Engine(Protocol):
     rewards: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
+    # Set True by an adapter that builds infos a column at a time: :meth:`step_wait` then leaves
+    # the infos of the shared info rows out of its records and in :attr:`info_groups` instead.
+    info_columns: bool
+    info_groups: list[InfoGroup]  # the last step's, when info_columns is set (else empty)
 
     @property
     def pickled_obs(self) -> dict[Path, list[Any]]:
@@ -102,6 +107,8 @@ class EngineBase(ObsBuffers, Breakable):
     requests: Any  # start/collect one rare call: send(request, beside_sends), wait(timeout)
     pickled: Any  # PickledLeaves: obs, action_paths
     _final_flag: np.ndarray | None = None
+    info_columns = False
+    info_groups: list[InfoGroup] = []  # noqa: RUF012  (never mutated: replaced by each step)
 
     @property
     def final_flag(self) -> np.ndarray | None:

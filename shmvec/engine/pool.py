@@ -302,8 +302,12 @@ class ShmPool(WorkerWaits, EngineBase):
         records = self.pickled.keep_obs(
             [r for reply in replies for r in reply] + main_infos if any(replies) else main_infos
         )
+        self.info_groups = []
         if self.links and _count_nonzero(self.info_reader.codes):  # infos workers wrote in shared rows
-            records = _merged(records, [StepInfo(i, info) for i, info in self.info_reader.infos()])
+            if self.info_columns:
+                self.info_groups = self.info_reader.groups()
+            else:
+                records = _merged(records, [StepInfo(i, info) for i, info in self.info_reader.infos()])
         flags = self._final_flag
         if flags is not None and _count_nonzero(flags):  # one count (~0.3 µs) while no episode ends
             ended = (flags & (self.terminated | self.truncated)).nonzero()[0]  # not one a failed step left behind

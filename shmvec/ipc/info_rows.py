@@ -142,6 +142,27 @@ class InfoWriter:
         return True
 
 
+class InfoGroup(NamedTuple):
+    """Envs whose rows hold infos of one schema this step: the first env, all of them (a slice or
+    an index array), the schema and their records (a view of the shared rows: read it before the
+    next step)."""
+
+    first: int
+    envs: slice | np.ndarray
+    schema: InfoSchema
+    records: np.ndarray
+
+    def dicts(self) -> list[dict]:
+        """Each env's info, in env order, each value of the type the env returned."""
+        return _rebuild(self.schema, self.records)
+
+    def infos(self) -> list[tuple[int, dict]]:
+        """``(env index, info)`` of each env."""
+        envs = self.envs
+        ids = range(envs.start, envs.stop) if isinstance(envs, slice) else envs.tolist()
+        return list(zip(ids, self.dicts()))
+
+
 class InfoReader:
     """Main side: rebuilds the infos of the envs whose rows hold one, as the envs returned them."""
 
@@ -152,30 +173,39 @@ class InfoReader:
 
     def infos(self) -> list[tuple[int, dict]]:
         """``(env index, info)`` of every env whose row holds its info this step, in env order."""
-        codes = self.codes.tolist()
         out: list[tuple[int, dict]] = []
+        groups = self.groups()
+        for group in groups:
+            out += group.infos()
+        if any(type(group.envs) is not slice for group in groups):  # a shard of several schemas
+            out.sort(key=_first)
+        return out
+
+    def groups(self) -> list[InfoGroup]:
+        """The envs whose rows hold infos this step, by schema, in order of their first env."""
+        codes = self.codes.tolist()
+        out: list[InfoGroup] = []
         for k, start, stop in self._shards:  # in env order
             shard = codes[start:stop]
             code = shard[0]
             if code and shard.count(code) == len(shard):  # the usual step: one schema for the whole shard
                 schema, view = self._schema(k, code)
-                out += zip(range(start, stop), _rebuild(schema, view[start:stop]))
+                out.append(InfoGroup(start, slice(start, stop), schema, view[start:stop]))
             elif any(shard):
                 out += self._mixed(k, start, shard)
         return out
 
-    def _mixed(self, worker: int, start: int, shard: list[int]) -> list[tuple[int, dict]]:
-        """:meth:`infos` of a shard whose envs wrote rows of several schemas, or some none."""
-        groups: dict[int, list[int]] = {}
+    def _mixed(self, worker: int, start: int, shard: list[int]) -> list[InfoGroup]:
+        """:meth:`groups` of a shard whose envs wrote rows of several schemas, or some none."""
+        by_code: dict[int, list[int]] = {}
         for j, code in enumerate(shard):
             if code:
-                groups.setdefault(code, []).append(start + j)
+                by_code.setdefault(code, []).append(start + j)
         out = []
-        for code, ids in groups.items():
+        for code, ids in by_code.items():  # in order of first env: codes are met in env order
             schema, view = self._schema(worker, code)
-            out += zip(ids, _rebuild(schema, view[ids]))
-        if len(groups) > 1:
-            out.sort(key=_first)
+            envs = np.array(ids)
+            out.append(InfoGroup(ids[0], envs, schema, view[envs]))
         return out
 
     def _schema(self, worker: int, code: int) -> tuple[InfoSchema, np.ndarray]:
