@@ -5,6 +5,7 @@ training script does, so the workers' memory and start-up are what users get)::
 
     python bench/scaling.py --out docs/bench          # everything (~10 min on 2 cores)
     python bench/scaling.py --sections waiting --ns 32,256 --out /tmp/s
+    python bench/scaling.py --sections "" --out docs/bench  # the report again from its scaling.json
 
 Sections (``--sections``):
 
@@ -442,7 +443,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=3, help="samples per implementation (medians)")
     p.add_argument("--out", default="bench/results", help="folder of report.md, scaling.json, scaling.png")
     args = p.parse_args(argv)
-    sections = args.sections.split(",")
+    sections = [section for section in args.sections.split(",") if section]  # none: the report from --out only
     ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
