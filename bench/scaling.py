@@ -5,6 +5,7 @@ training script does, so the workers' memory and start-up are what users get)::
 
     python bench/scaling.py --out docs/bench          # everything (~10 min on 2 cores)
     python bench/scaling.py --sections waiting --ns 32,256 --out /tmp/s
+    python bench/scaling.py --sections "" --out docs/bench  # the report again from its scaling.json
 
 Sections (``--sections``):
 
@@ -81,6 +82,7 @@ def round_robin(builds: dict, seconds: float, rounds: int) -> dict[str, dict]:
             envs[name] = build()
             envs[name].reset()
             found[name] = {"start_s": time.perf_counter() - start, "repr": repr(envs[name]), "rates": [], "cpu": []}
+            found[name]["workers_uss_mb"] = workers_uss(envs[name]) / 2**20
         actions = {name: np.zeros((16, env.num_envs), np.int64) for name, env in envs.items()}
         for name, env in envs.items():
             steps_per_second(env, actions[name], 0.2)  # warm-up
@@ -97,6 +99,16 @@ def round_robin(builds: dict, seconds: float, rounds: int) -> dict[str, dict]:
         row["steps_per_s"] = statistics.median(row["rates"])
         row["main_cpu_us"] = statistics.median(row["cpu"]) * 1e6
     return found
+
+
+def workers_uss(env) -> float:
+    """Bytes of unique memory (USS) of ``env``'s worker processes together (0 for none)."""
+    import psutil
+
+    pool = getattr(env, "_pool", None)
+    pids = [link.process.pid for link in getattr(pool, "links", [])]
+    pids += [process.pid for process in getattr(env, "processes", [])]  # SubprocVecEnv's
+    return float(sum(psutil.Process(pid).memory_full_info().uss for pid in pids))
 
 
 # ---- envs that wait ------------------------------------------------------------------------
@@ -130,16 +142,16 @@ def waiting_markdown(results: dict, wait: float) -> str:
     lines = [
         f"Envs that wait {wait * 1e3:g} ms per step in a syscall (almost no CPU). Share of the limit N / wait "
         "(every env waiting at once), env steps/s, main-thread CPU per vector step, start-up (constructor to "
-        "the end of the first reset):",
+        "the end of the first reset, beside the pools built before it), unique memory of all its workers:",
         "",
-        "| N | implementation | of the limit | steps/s | main CPU / step | start-up |",
-        "|---|---|---|---|---|---|",
+        "| N | implementation | of the limit | steps/s | main CPU / step | start-up | workers' USS |",
+        "|---|---|---|---|---|---|---|",
     ]
     for n, rows in results.items():
         for name, row in rows.items():
             lines.append(
                 f"| {n} | {name} | {row['of_limit']:.2f} | {row['steps_per_s']:,.0f} | "
-                f"{row['main_cpu_us']:,.0f} µs | {row['start_s']:.2f} s |"
+                f"{row['main_cpu_us']:,.0f} µs | {row['start_s']:.2f} s | {row['workers_uss_mb']:,.0f} MB |"
             )
     chosen = [f"- N={n}: `{rows['shmvec default']['repr']}`" for n, rows in results.items()]
     return "\n".join([*lines, "", "What the default chose:", "", *chosen])
@@ -422,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
     p.add_argument("--ns", default="32,256,1024", help="waiting section: numbers of envs")
-    p.add_argument("--ks", default="2,8,32,128", help="waiting section: explicit worker counts")
+    p.add_argument("--ks", default="2,8,32,128,256", help="waiting section: explicit worker counts")
     p.add_argument("--wait-ms", type=float, default=2.0, help="waiting section: each step's wait")
     p.add_argument("--cpu-envs", default="CartPole-v1,Acrobot-v1", help="cpu section: env ids")
     p.add_argument("--cpu-ns", default="64,256,1024", help="cpu section: numbers of envs")
@@ -431,7 +443,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=3, help="samples per implementation (medians)")
     p.add_argument("--out", default="bench/results", help="folder of report.md, scaling.json, scaling.png")
     args = p.parse_args(argv)
-    sections = args.sections.split(",")
+    sections = [section for section in args.sections.split(",") if section]  # none: the report from --out only
     ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,18 +25,19 @@ class Boom(ValueError):
 
 
 class FaultyEnv(gym.Env):
-    """A tiny env that misbehaves as told (``fail``) from its ``at``-th step on."""
+    """A tiny env that misbehaves as told (``fail``) from its ``at``-th step on; each step first
+    waits ``wait`` seconds in a syscall (an env that waits on a simulator)."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
     observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = spaces.Discrete(2)
 
-    def __init__(self, fail: str | None = None, at: int = 2, render_mode: str = "rgb_array"):
+    def __init__(self, fail: str | None = None, at: int = 2, render_mode: str = "rgb_array", wait: float = 0.0):
         if fail == "init":
             raise Boom("env construction failed on purpose")
         if fail == "init_hang":
             time.sleep(600)
-        self.fail, self.at, self.render_mode = fail, at, render_mode
+        self.fail, self.at, self.render_mode, self.wait = fail, at, render_mode, wait
         self.t = 0
         self.lock = threading.Lock()  # cannot be pickled
 
@@ -48,6 +49,8 @@ class FaultyEnv(gym.Env):
         return self._obs(), {}
 
     def step(self, action):
+        if self.wait:
+            time.sleep(self.wait)
         self.t += 1
         info = {}
         if self.t >= self.at:

@@ -200,3 +200,12 @@ def test_the_workers_forkserver_does_not_import_the_script(tmp_path):
     )
     result = run_script(script.replace("{", "{{").replace("}", "}}"), tmp_path)
     assert result.stdout.count("imported in") == 1, result.stdout
+
+
+def test_a_forkserver_started_by_another_library_first_still_preloads_the_worker_module():
+    """SB3's SubprocVecEnv may start the forkserver before the first pool: from ``import shmvec``
+    on, the server's preload list has the worker module (no per-worker imports of numpy,
+    gymnasium and shmvec), and nothing else changed in it."""
+    code = "from multiprocessing import forkserver\nimport shmvec\nprint(forkserver._forkserver._preload_modules)\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.stdout.strip() == "['__main__', 'shmvec.engine.worker']", result.stderr

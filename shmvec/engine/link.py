@@ -231,20 +231,28 @@ def mp_context(start_method: str) -> Any:
     start_without_main()
     ctx = mp.get_context(start_method)
     if start_method == "forkserver":
-        _preload_in_forkserver(ctx)
+        preload_in_forkserver(keep_main=False)
     return ctx
 
 
-def _preload_in_forkserver(ctx: Any) -> None:
+def preload_in_forkserver(keep_main: bool) -> None:
     """Have the forkserver import the worker module once, before it forks any worker.
 
-    Otherwise each forkserver worker imports numpy, gymnasium and shmvec itself: seconds
-    per worker on a small machine. Only takes effect if the server has not started yet;
-    modules the user asked to preload are kept, but not ``__main__``: workers never import
-    the main script, and a server that did would pay for it and run an unguarded script.
+    Otherwise each forkserver worker imports numpy, gymnasium and shmvec itself (~0.1 s of
+    CPU each). Only takes effect if the server has not started yet, so it is also done when
+    shmvec is imported: a server that another library starts first (SB3's SubprocVecEnv)
+    preloads it too. Modules others asked to preload are kept; ``__main__`` only if
+    ``keep_main``: shmvec's workers never import the main script, and a server that did
+    would pay for it (and run a script without the ``__main__`` guard).
     """
     from multiprocessing import forkserver
 
-    preload = [m for m in getattr(forkserver._forkserver, "_preload_modules", []) if m != "__main__"]
-    if "shmvec.engine.worker" not in preload:
-        ctx.set_forkserver_preload([*preload, "shmvec.engine.worker"])
+    server = getattr(forkserver, "_forkserver", None)
+    preload = list(getattr(server, "_preload_modules", []))
+    if not keep_main:
+        preload = [module for module in preload if module != "__main__"]
+    if server is not None and "shmvec.engine.worker" not in preload:
+        server.set_forkserver_preload([*preload, "shmvec.engine.worker"])
+
+
+preload_in_forkserver(keep_main=True)  # at import: see above

@@ -74,3 +74,14 @@ def test_stand_in_policies_take_a_batch():
     assert cnn(np.zeros((2, 84, 84, 4), np.uint8)).shape == torch.Size([2, 4])
     assert stand_in_policy("cnn", (4, 84, 84))(np.zeros((1, 4, 84, 84), np.uint8)).shape == torch.Size([1, 2])
     assert stand_in_policy("none", (4,)) is None
+
+
+def test_the_tuner_measures_worker_counts_beyond_the_cores_for_envs_that_wait(capsys):
+    args = ["shmvec.tools.waiting_env:WaitingEnv", "--num-envs", "8", "--seconds", "0.02", "--repeats", "1"]
+    assert tune.main([*args, "--policy", "none", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["cpu_share"] < autoconfig.WAITING_SHARE
+    names = [row["name"] for row in found["rows"]]
+    assert "shmvec n_workers=8" in names, names  # one worker per env: every env waits at once
+    assert found["recommended"]["n_workers"] > found["cores"]
+    assert all(row["error"] is None for row in found["rows"]), found["rows"]
