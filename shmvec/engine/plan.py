@@ -11,7 +11,7 @@ one extra env built in the main process from ``env_fns[0]``, a few random steps 
 for ``P`` up to the usable cores (:mod:`~shmvec.engine.machine`: the affinity set within the
 cgroup CPU quota, SMT siblings counted once), the one the overhead model predicts fastest::
 
-    step time = max(largest shard * t_env + per worker * (P - 1), CPU of all lanes / cores)
+    step time = max(largest shard * t_env + per worker * (P - 2), CPU of all lanes / cores)
                 + wake-up + sync(P) + bookkeeping(N)
 
 (``sync``: 0 in-process, :data:`T_SYNC_SPIN` when every busy process has a core,
@@ -88,8 +88,8 @@ T_BOOK_FIXED = 10e-6  # the main process's per-step bookkeeping (adapters), any 
 T_BOOK_PER_ENV = 0.15e-6  # ... per env (observation copy, infos)
 T_WRITE_PER_ENV = 0.4e-6  # a shard writing one env's rows into shared memory, on top of the step
 # The main process posts to each worker and collects its answer in turn: each worker beyond the
-# first adds this to the step's critical path (~5 µs of main-thread CPU per worker on the 2-core
-# VM at scale ~2, K = 4 to 64 workers that each wait).
+# two that T_SYNC_* were calibrated with adds this to the step's critical path (~5 µs of
+# main-thread CPU per worker on the 2-core VM at scale ~2, K = 4 to 64 workers that each wait).
 T_PER_WORKER = 2.5e-6
 # ... and with more workers than cores, each woken worker also waits for a core: fitted to 32 to
 # 1024 envs that wait 2 ms on 2 cores, 8 to 256 workers (step = max(largest shard's wait +
@@ -193,7 +193,7 @@ def predicted_step_time(
     largest, _ = shard_sizes(num_envs, n_workers, main_shard)
     per_env = t_env + T_WRITE_PER_ENV * scale
     cpu = num_envs * (t_env * cpu_share + T_WRITE_PER_ENV * scale)
-    turns = T_PER_WORKER * max(0, n_workers - 1)  # the main process's turn with each worker
+    turns = T_PER_WORKER * max(0, n_workers - 2)  # the main process's turn with each worker beyond the sync's two
     if lanes > cores:  # the workers' own cycles compete for the cores, and each woken worker waits for one
         cpu += n_workers * T_WORKER_CYCLE * scale
         turns = T_PER_CROWDED_WORKER * n_workers

@@ -256,8 +256,8 @@ def test_lanes_are_bounded_by_memory_and_file_descriptors(monkeypatch):
 
 def test_more_workers_cost_the_main_process_a_turn_each(monkeypatch):
     monkeypatch.setattr(autoconfig, "T_WRITE_PER_ENV", 0.0)  # envs that cost nothing: only the overheads remain
-    one, two, many = (predicted_step_time(64, 64, 0.0, k, False) for k in (1, 2, 33))
-    assert (two - one, many - one) == pytest.approx((autoconfig.T_PER_WORKER, 32 * autoconfig.T_PER_WORKER))
+    two, three, many = (predicted_step_time(64, 64, 0.0, k, False) for k in (2, 3, 34))
+    assert (three - two, many - two) == pytest.approx((autoconfig.T_PER_WORKER, 32 * autoconfig.T_PER_WORKER))
     crowded = predicted_step_time(64, 2, 0.0, 33, False, cpu_share=0.0)  # 33 workers on 2 cores
     c = autoconfig
     per_step = 2 * c.T_SYNC_BLOCK + c.T_CALLER_TAX + c.T_BOOK_FIXED + 64 * c.T_BOOK_PER_ENV  # wake-up, sync, books
