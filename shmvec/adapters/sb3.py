@@ -32,6 +32,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 
+_NOT_TRUNCATED = (("TimeLimit.truncated", False),)  # what DummyVecEnv adds to the info of an env that goes on
+
+
 class ShmPoolVecEnv(VecEnv):
     """A drop-in replacement for SB3's ``SubprocVecEnv``/``DummyVecEnv`` backed by shared memory.
 
@@ -160,9 +163,7 @@ class ShmPoolVecEnv(VecEnv):
         # N fresh dicts, as DummyVecEnv returns (callers and wrappers add keys to them).
         infos: list[dict[str, Any]] = [{"TimeLimit.truncated": False} for _ in self._env_range]
         for group in pool.info_groups:  # infos of shared rows: envs whose episode goes on
-            dicts = group.dicts()
-            for info in dicts:
-                info["TimeLimit.truncated"] = False
+            dicts = group.dicts(_NOT_TRUNCATED)
             if type(group.envs) is slice:
                 infos[group.envs] = dicts
             else:

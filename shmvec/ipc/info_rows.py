@@ -152,9 +152,10 @@ class InfoGroup(NamedTuple):
     schema: InfoSchema
     records: np.ndarray
 
-    def dicts(self) -> list[dict]:
-        """Each env's info, in env order, each value of the type the env returned."""
-        return _rebuild(self.schema, self.records)
+    def dicts(self, extra: tuple[tuple[str, bool | None], ...] = ()) -> list[dict]:
+        """Each env's info, in env order, each value of the type the env returned, then the
+        ``extra`` (key, constant) pairs (SB3's ``("TimeLimit.truncated", False)``)."""
+        return _rebuild(self.schema, self.records, extra)
 
     def infos(self) -> list[tuple[int, dict]]:
         """``(env index, info)`` of each env."""
@@ -227,13 +228,10 @@ def _first(pair: tuple) -> Any:
     return pair[0]
 
 
-def _rebuild(schema: InfoSchema, records: np.ndarray) -> list[dict]:
-    """One info dict per record, each value of the type the env returned."""
-    keys = schema.keys
-    if schema.kinds.count(PYTHON) == len(keys):  # Python scalars only (Atari's): the records' own tuples
-        return [dict(zip(keys, values)) for values in records.tolist()]
+def _rebuild(schema: InfoSchema, records: np.ndarray, extra: tuple = ()) -> list[dict]:
+    """One info dict per record, each value of the type the env returned, then ``extra``."""
     columns = []
-    for key, kind in zip(keys, schema.kinds):
+    for key, kind in zip(schema.keys, schema.kinds):
         column = records[key]
         if kind == PYTHON:
             columns.append(column.tolist())
@@ -241,7 +239,31 @@ def _rebuild(schema: InfoSchema, records: np.ndarray) -> list[dict]:
             columns.append(list(column))  # numpy scalars of the field's dtype
         else:
             columns.append([row.copy() for row in column])  # each its own array, as unpickled ones are
-    return [dict(zip(keys, values)) for values in zip(*columns)]
+    return list(map(dict_maker(schema.keys, extra), *columns))
+
+
+_DICT_MAKERS: dict[tuple, Any] = {}
+
+
+def dict_maker(keys: tuple[str, ...], extra: tuple[tuple[str, bool | None], ...] = ()) -> Any:
+    """``f(value, ...)`` -> ``{keys[0]: value, ..., **dict(extra)}``, made once per key set.
+
+    A dict display with constant keys (made as ``collections.namedtuple`` makes its
+    classes) builds an 11-key info in about half the time of ``dict(zip(keys, values))``;
+    this runs for every env of every step. Keys are strings (:func:`schema_of`), written
+    with ``repr``; extra values are constants.
+
+    Example:
+        >>> dict_maker(("a", "b"), (("TimeLimit.truncated", False),))(1, 2.5)
+        {'a': 1, 'b': 2.5, 'TimeLimit.truncated': False}
+    """
+    maker = _DICT_MAKERS.get((keys, extra))
+    if maker is None:
+        names = [f"v{i}" for i in range(len(keys))]
+        items = [f"{key!r}: {name}" for key, name in zip(keys, names)] + [f"{k!r}: {v!r}" for k, v in extra]
+        maker = eval(f"lambda {', '.join(names)}: {{{', '.join(items)}}}", {})  # noqa: S307
+        _DICT_MAKERS[(keys, extra)] = maker
+    return maker
 
 
 def fast_copy(info: dict) -> dict:
