@@ -120,7 +120,9 @@ class ShmPoolVecEnv(VecEnv):
             self._pool.close()
             raise
         self._env_range = range(self.num_envs)
-        self._pool.info_columns = True  # the infos of shared rows come as groups, turned into dicts here
+        # Infos of workers' shared rows come as groups, turned into dicts here; the main shard's
+        # are the envs' own dicts, copied (cheaper than a row's round trip for a list of dicts).
+        self._pool.collect_info_rows(main_shard=False)
         self.metadata = self._pool.env_metadata  # as DummyVecEnv
         self.n_workers = self._pool.n_workers
 

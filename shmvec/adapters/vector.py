@@ -146,7 +146,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
                 batch_differing_spaces(exc.spaces)  # AsyncVectorEnv fails here first, if it fails
             raise gym_spaces.space_mismatch(exc.space, exc.spaces, observation_mode, type(self).__name__) from exc
         pool = self._pool
-        pool.info_columns = True  # step infos from shared rows come as groups: see gym_infos
+        pool.collect_info_rows(main_shard=True)  # step infos of shared rows come as groups: see gym_infos
         try:
             self.num_envs = pool.num_envs
             self.n_workers = pool.n_workers

@@ -48,10 +48,7 @@ class Engine(Protocol):
     rewards: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
-    # Set True by an adapter that builds infos a column at a time: :meth:`step_wait` then leaves
-    # the infos of the shared info rows out of its records and in :attr:`info_groups` instead.
-    info_columns: bool
-    info_groups: list[InfoGroup]  # the last step's, when info_columns is set (else empty)
+    info_groups: list[InfoGroup]  # the last step's infos of shared rows, once collect_info_rows was called
 
     @property
     def pickled_obs(self) -> dict[Path, list[Any]]:
@@ -69,6 +66,11 @@ class Engine(Protocol):
 
     def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
         """Wait for the step; the records of envs that sent infos or ended an episode."""
+
+    def collect_info_rows(self, main_shard: bool) -> None:
+        """Leave the step infos that travel in shared rows in :attr:`info_groups`, for an adapter that
+        reads them a column or a group at a time, instead of in :meth:`step_wait`'s records;
+        ``main_shard``: the envs of the main process's shard too. (Ray: infos stay records.)"""
 
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         """Reset the envs of ``kwargs`` (env id -> ``reset`` keyword arguments); their infos."""
@@ -107,8 +109,11 @@ class EngineBase(ObsBuffers, Breakable):
     requests: Any  # start/collect one rare call: send(request, beside_sends), wait(timeout)
     pickled: Any  # PickledLeaves: obs, action_paths
     _final_flag: np.ndarray | None = None
-    info_columns = False
+    info_columns = False  # whether step_wait leaves the infos of shared rows in info_groups
     info_groups: list[InfoGroup] = []  # noqa: RUF012  (never mutated: replaced by each step)
+
+    def collect_info_rows(self, main_shard: bool) -> None:
+        pass  # a backend without info rows: every info is in step_wait's records
 
     @property
     def final_flag(self) -> np.ndarray | None:

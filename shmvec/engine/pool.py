@@ -85,7 +85,7 @@ from shmvec.ipc import layout as lay
 from shmvec.ipc import pickled
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.arena import OwnedArena
-from shmvec.ipc.info_rows import InfoReader, fast_copy
+from shmvec.ipc.info_rows import InfoReader, InfoWriter, fast_copy
 from shmvec.ipc.protocol import Attach, Command, Hello, NextWait, Reset, RunOps, StepInfo
 from shmvec.ipc.signals import MAX_SPIN, Signal
 from shmvec.options import PoolOptions
@@ -203,7 +203,7 @@ class ShmPool(WorkerWaits, EngineBase):
         self.action_leaves = self.actions.leaves  # the shapes and dtypes to check actions against
         self._final_obs, self._final_flag = views.get(lay.FINAL_OBS), views.get(lay.FINAL_FLAG)
         self.pickled = pickled.PickledLeaves(self.layout, self.shards, self.num_envs)
-        self.info_reader = InfoReader(views, self.shards, self.n_workers)
+        self.info_reader = InfoReader(views, self.shards, self.n_workers + self.main_shard)
         for link in self.links:
             link.ctrl = views["ctrl"][link.index]
             link.conn.send_bytes(pickle.dumps(self.attach_message()))
@@ -303,7 +303,7 @@ class ShmPool(WorkerWaits, EngineBase):
             [r for reply in replies for r in reply] + main_infos if any(replies) else main_infos
         )
         self.info_groups = []
-        if self.links and _count_nonzero(self.info_reader.codes):  # infos workers wrote in shared rows
+        if _count_nonzero(self.info_reader.codes):  # infos written in shared rows (by workers, or the main shard)
             if self.info_columns:
                 self.info_groups = self.info_reader.groups()
             else:
@@ -315,6 +315,13 @@ class ShmPool(WorkerWaits, EngineBase):
             flags[ended] = False  # taken
         self.caller.returned()
         return records
+
+    def collect_info_rows(self, main_shard: bool) -> None:
+        """From now on :meth:`step_wait` leaves the infos of shared rows in :attr:`info_groups`; with
+        ``main_shard``, the main shard's envs write theirs into rows too (otherwise they come as records)."""
+        self.info_columns = True
+        if main_shard and self.main is not None:
+            self.main.write_infos_to(InfoWriter(self.views, self.n_workers))
 
     # -- rare calls ----------------------------------------------------------------
 

@@ -66,6 +66,10 @@ class Shard:
         self._info_code = arena_views[INFO_CODE]
         self._coded = False  # whether the last step wrote any info code (they must be cleared)
 
+    def write_infos_to(self, info_writer: InfoWriter) -> None:
+        """Write the infos that fit into shared rows from now on (a worker's shard does from the start)."""
+        self._write_info = info_writer.write
+
     # -- buffers -------------------------------------------------------------------
 
     @property

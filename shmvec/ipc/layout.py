@@ -209,7 +209,7 @@ class ArenaLayout:
             (ENV_STATUS, (n_envs,), np.dtype(np.int8)),
             (INFO_ROWS, (n_envs, INFO_ROW_BYTES), np.dtype(np.uint8)),  # see shmvec.ipc.info_rows
             (INFO_CODE, (n_envs,), np.dtype(np.uint8)),
-            (INFO_SCHEMAS, (n_workers, SCHEMA_BLOCK_BYTES), np.dtype(np.uint8)),
+            (INFO_SCHEMAS, (n_workers + 1, SCHEMA_BLOCK_BYTES), np.dtype(np.uint8)),  # the last: a main shard's
         ]
         wanted += [
             (obs_field(leaf.path, b), (n_envs, *leaf.shape), leaf.dtype)
