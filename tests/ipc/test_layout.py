@@ -192,7 +192,7 @@ def test_plan_places_nested_spaces_without_pickled_leaves():
     assert shapes["terminated"] == shapes["truncated"] == ((5,), np.dtype(np.bool_))
     assert shapes["env_status"] == ((5,), np.dtype(np.int8))
     assert shapes[INFO_ROWS] == ((5, 512), np.dtype(np.uint8)) and shapes[INFO_CODE] == ((5,), np.dtype(np.uint8))
-    assert shapes[INFO_SCHEMAS] == ((2, 4096), np.dtype(np.uint8))  # a block per worker
+    assert shapes[INFO_SCHEMAS] == ((3, 4096), np.dtype(np.uint8))  # a block per worker, and the main shard's
     assert shapes["obs('a',)"] == ((5, 2, 3), np.dtype(np.float32))
     assert shapes["obs('b', 2, 'c')"] == ((5, 4), np.dtype(np.int8))
     # an action row holds 3 values of any dtype a caller gives: the codes say which
@@ -219,7 +219,7 @@ def test_plan_gives_empty_and_one_byte_fields_a_cache_line_each():
     layout = lay.ArenaLayout.plan(spaces.Box(0, 1, (0,)), spaces.MultiBinary(1), n_envs=1, n_workers=1)
     assert layout.fields["obs()"].nbytes == 0 and layout.fields[lay.ENV_STATUS].nbytes == 1
     assert_well_placed(layout)
-    multi_line = {INFO_ROWS: 512, INFO_SCHEMAS: 4096}  # one env's info row, one worker's schema block
+    multi_line = {INFO_ROWS: 512, INFO_SCHEMAS: 2 * 4096}  # one env's info row; the worker's and a main shard's schemas
     small = len(layout.fields) - len(multi_line)
     assert layout.nbytes == lay.ALIGNMENT * small + sum(multi_line.values())
 
