@@ -1,7 +1,7 @@
 """SB3 training, one iteration at a time in turns: DummyVecEnv's process, then the default's.
 
 ``bench/training.py`` alternates whole runs, tens of seconds each. On a VM whose CPUs
-change speed in phases of seconds (``python bench/scaling_probe.py --per-cpu``), one run
+change speed in phases of seconds (``python bench/probes/scaling_probe.py --per-cpu``), one run
 and the next can fall in different phases. Here each implementation trains in a process
 of its own, and the processes take turns one turn at a time: ``learn()`` continued for at
 least ``--turn-steps`` steps, in whole rollouts (a rollout and its update; a few seconds),

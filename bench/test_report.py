@@ -46,7 +46,7 @@ def test_smoke_memory_section(tmp_path):
 @pytest.mark.smoke
 @pytest.mark.parametrize("adapter", ["sb3", "gym"])
 def test_smoke_timeline_phases_fit_inside_the_step(adapter):
-    from bench import timeline
+    from bench.probes import timeline
 
     result = timeline.run(adapter, "CartPole-v1", 6, 2, steps=40, warmup=5)
     medians = result["medians"]

@@ -74,7 +74,7 @@ def test_smoke_training_writes_results_markdown_and_plot(tmp_path):
 
 @pytest.mark.smoke
 def test_the_rollout_timeline_adds_the_steps_where_an_episode_ended():
-    from bench.rollout_timeline import _episode_ends
+    from bench.probes.rollout_timeline import _episode_ends
 
     steps = [1.0, 1.0, 1.0, 5.0, 1.0, 7.0, 1.0, 1.0]  # two steps where an episode ended
     ended = [False, False, False, True, False, True, False, False]

@@ -12,8 +12,8 @@ kind of Python work, ~6.5 µs on its calibration machine) once right after each 
 sleeping or busy-waiting, for pauses of 0.1 to 10 ms, in turns with a tight loop (no
 pause), and prints the medians::
 
-    python bench/pause_probe.py
-    python bench/pause_probe.py --pauses 0.5,5 --samples 400 --rounds 5
+    python bench/probes/pause_probe.py
+    python bench/probes/pause_probe.py --pauses 0.5,5 --samples 400 --rounds 5
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 import time
 
 if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from shmvec.engine.env_timing import reference_loop  # noqa: E402
 

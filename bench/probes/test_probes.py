@@ -9,7 +9,7 @@ import pytest
 
 @pytest.mark.smoke
 def test_the_pause_probe_times_every_pause_in_both_modes_beside_the_tight_loop():
-    from bench.pause_probe import probe, table
+    from bench.probes.pause_probe import probe, table
 
     results = probe([0.0002, 0.001], samples=3, rounds=2)
     assert set(results) == {(0.0, "busy"), (0.0002, "sleep"), (0.0002, "busy"), (0.001, "sleep"), (0.001, "busy")}
@@ -21,7 +21,7 @@ def test_the_pause_probe_times_every_pause_in_both_modes_beside_the_tight_loop()
 
 @pytest.mark.smoke
 def test_the_per_cpu_probe_times_each_cpu_with_all_busy_then_alone():
-    from bench.scaling_probe import SAMPLE_SECONDS, per_cpu
+    from bench.probes.scaling_probe import SAMPLE_SECONDS, per_cpu
 
     cpus = sorted(os.sched_getaffinity(0))[:2]
     rows = per_cpu(cpus, seconds=SAMPLE_SECONDS * 1.5)

@@ -2,16 +2,16 @@
 
 Usage (from the repository root)::
 
-    python bench/rollout_timeline.py                                # PPO, Acrobot-v1 x8, DummyVecEnv vs default
-    python bench/rollout_timeline.py --env HalfCheetah-v5 --n 8 --timesteps 16384
-    python bench/rollout_timeline.py --impl shm:n_workers=2 --impl shm:n_workers=1,main_shard=False
-    python bench/rollout_timeline.py --env atari:BreakoutNoFrameskip-v4 --timesteps 4096
+    python bench/probes/rollout_timeline.py                                # PPO, Acrobot-v1 x8, DummyVecEnv vs default
+    python bench/probes/rollout_timeline.py --env HalfCheetah-v5 --n 8 --timesteps 16384
+    python bench/probes/rollout_timeline.py --impl shm:n_workers=2 --impl shm:n_workers=1,main_shard=False
+    python bench/probes/rollout_timeline.py --env atari:BreakoutNoFrameskip-v4 --timesteps 4096
 
 It runs SB3's ``PPO("MlpPolicy")`` ``learn()`` (SB3's defaults, ``n_steps=256``) over each
 implementation in turn, ``--rounds`` times, alternating; on ``atari:<id>``, ``CnnPolicy``
 over SB3's Atari preprocessing and ``VecFrameStack(4)``, with ``bench/training.py``'s
 Atari hyperparameters. Every env is wrapped in
-:class:`bench.timeline.Probe` (when each ``step`` starts and ends, in whichever process
+:class:`bench.probes.timeline.Probe` (when each ``step`` starts and ends, in whichever process
 runs it) and the vector env's ``step_async``/``step_wait`` are timed in the main
 process. For each vector step of the rollouts the table gives medians (µs):
 
@@ -44,12 +44,12 @@ import threading
 import time
 
 if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
-from bench.timeline import _first_after, _last_before, probed  # noqa: E402
+from bench.probes.timeline import _first_after, _last_before, probed  # noqa: E402
 from bench.training_jobs import WORKLOADS, shm_kwargs  # noqa: E402
 
 _now = time.perf_counter
@@ -71,7 +71,7 @@ def build(impl: str, env_id: str, n: int):
 
 def probed_atari(env_id: str):
     """``atari:<id>`` as ``bench/training.py`` makes it (SB3's ``make_atari_env``), with a probe."""
-    from bench.timeline import Probe
+    from bench.probes.timeline import Probe
     from bench.training_jobs import make_atari
 
     return Probe(make_atari(env_id.removeprefix("atari:")))

@@ -2,8 +2,8 @@
 
 Usage (from the repository root)::
 
-    python bench/stability.py                          # default ShmPoolVecEnv, CartPole-v1 N=64, 5 pools
-    python bench/stability.py --n-workers 2 --pools 8  # an explicit configuration
+    python bench/probes/stability.py                          # default ShmPoolVecEnv, CartPole-v1 N=64, 5 pools
+    python bench/probes/stability.py --n-workers 2 --pools 8  # an explicit configuration
 
 Each pool is built, reset, warmed up and stepped for ``--seconds``; the script prints
 each pool's throughput, the median, and the slowest pool's ratio to the median (the
@@ -20,7 +20,7 @@ import sys
 import time
 
 if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402

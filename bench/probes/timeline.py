@@ -2,9 +2,9 @@
 
 Usage (from the repository root)::
 
-    python bench/timeline.py                                  # default ShmPoolVecEnv, CartPole-v1, N=64
-    python bench/timeline.py --adapter gym --n-workers 2      # ShmVectorEnv with two workers
-    python bench/timeline.py --env synth:0us:210x160x3:uint8 --n 32 --no-copy
+    python bench/probes/timeline.py                                  # default ShmPoolVecEnv, CartPole-v1, N=64
+    python bench/probes/timeline.py --adapter gym --n-workers 2      # ShmVectorEnv with two workers
+    python bench/probes/timeline.py --env synth:0us:210x160x3:uint8 --n 32 --no-copy
 
 Every env is wrapped in :class:`Probe`, which records when each of its ``step``/``reset``
 calls starts and ends (``perf_counter`` is ``CLOCK_MONOTONIC``: comparable across
@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 
 if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402

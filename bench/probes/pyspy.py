@@ -2,8 +2,8 @@
 
 Usage (from the repository root; needs ``pip install py-spy`` and ptrace rights)::
 
-    python bench/pyspy.py                                 # CartPole-v1, N=64, K=2, shm_sb3
-    python bench/pyspy.py --impl shm_gym --env Acrobot-v1 --n 32 --k 2 --seconds 10
+    python bench/probes/pyspy.py                                 # CartPole-v1, N=64, K=2, shm_sb3
+    python bench/probes/pyspy.py --impl shm_gym --env Acrobot-v1 --n 32 --k 2 --seconds 10
 
 It steps the env in a loop while ``py-spy record`` samples the main process and
 worker 0 (``--idle`` keeps idle/blocked samples, so waiting shows up), then prints the
@@ -22,7 +22,7 @@ import time
 from collections import Counter
 
 if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import psutil  # noqa: E402
 

@@ -4,14 +4,14 @@ Each process builds ``n`` envs and steps them in a loop; the probe reports the t
 env steps per second with 1 and with ``procs`` processes, alternating. No vector env
 can beat this ratio, so it is the yardstick for every "x over a single process" target.
 
-    python bench/scaling_probe.py CartPole-v1 --n 32 --procs 2
+    python bench/probes/scaling_probe.py CartPole-v1 --n 32 --procs 2
 
 ``--per-cpu`` shows how that ceiling moves: one process pinned to each usable CPU times
 :func:`shmvec.engine.env_timing.reference_loop` every half second, all CPUs busy at once, then
 each CPU alone. On a VM whose host gives a virtual CPU only half a core at times, a row's
 figures double for seconds at a stretch, busy or alone::
 
-    python bench/scaling_probe.py --per-cpu --seconds 6
+    python bench/probes/scaling_probe.py --per-cpu --seconds 6
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 import gymnasium as gym
 
 if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 SAMPLE_SECONDS = 0.5  # one --per-cpu figure
 
