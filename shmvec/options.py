@@ -25,15 +25,16 @@ class PoolOptions:
         n_workers: worker processes. ``None`` (default): chosen at start-up from the
             usable cores and the env's step cost, timed on one extra env built in the
             main process from ``env_fns[0]`` (see :mod:`shmvec.engine.plan`): all envs
-            in-process, the main process plus workers, or workers only. The choice is
+            in-process, the main process plus workers, or workers only; envs that mostly
+            wait (their step is little CPU) get more workers than cores. The choice is
             logged (logger ``"shmvec"``) and shown by ``repr()``. An int gives exactly
             that many worker processes. Envs are split into contiguous shards whose
             sizes differ by at most one. Isolation (one env per process, none in the
             main process, for native libraries that allow one instance per process) is
             guaranteed only by ``n_workers=num_envs`` with ``main_shard`` unset.
         start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default forkserver where
-            available (as SB3). Non-fork methods re-import the main script in every worker:
-            it needs the ``if __name__ == "__main__":`` guard.
+            available (as SB3). Under forkserver and spawn a worker never imports the main
+            script (:mod:`~shmvec.engine.lean_start`); under fork it inherits a copy of the process.
         timeout: seconds to wait for any answer from the workers before raising
             :class:`~shmvec.errors.StepTimeoutError`; ``None`` waits as long as they live.
             Building the envs at start-up gets at least 30 s.
