@@ -209,3 +209,26 @@ def test_a_forkserver_started_by_another_library_first_still_preloads_the_worker
     code = "from multiprocessing import forkserver\nimport shmvec\nprint(forkserver._forkserver._preload_modules)\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT)
     assert result.stdout.strip() == "['__main__', 'shmvec.engine.worker']", result.stderr
+
+
+UNPICKLABLE_REGISTRATION = """\
+import threading
+
+import gymnasium as gym
+import numpy as np
+
+import shmvec
+
+gym.register("Locked-v0", entry_point="shmvec.tools.waiting_env:WaitingEnv", kwargs={{"lock": threading.Lock()}})
+
+if __name__ == "__main__":
+    envs = shmvec.ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 2, n_workers=2)
+    envs.reset(seed=0)
+    print("started", envs.step(np.zeros(2, np.int64))[0].shape)
+    envs.close()
+"""
+
+
+def test_a_registry_entry_that_cannot_be_pickled_stays_behind_and_the_rest_starts(tmp_path):
+    result = run_script(UNPICKLABLE_REGISTRATION, tmp_path)
+    assert "started (2, 4)" in result.stdout

@@ -31,6 +31,7 @@ import sys
 from multiprocessing import spawn
 from typing import Any
 
+import cloudpickle
 import gymnasium as gym
 
 WORKER_NAME_PREFIX = "shmvec-worker-"
@@ -70,6 +71,26 @@ def registry_additions() -> dict[str, gym.envs.registration.EnvSpec]:
             spec = dataclasses.replace(spec, entry_point=_main_attribute(entry))
         additions[env_id] = spec
     return additions
+
+
+def env_fns_blob(env_fns: list, env_wrapper: Any) -> bytes:
+    """What a worker unpickles first: its env_fns, the wrapper and the :func:`registry_additions`
+    (those of them that pickle: an entry whose kwargs hold a lock or a socket stays behind, and
+    ``gym.make`` of its id fails in the worker as for any unknown id)."""
+    additions = registry_additions()
+    try:
+        return cloudpickle.dumps((env_fns, env_wrapper, additions))
+    except Exception:
+        kept = {env_id: spec for env_id, spec in additions.items() if _pickles(spec)}
+        return cloudpickle.dumps((env_fns, env_wrapper, kept))  # unpicklable env_fns raise here, as before
+
+
+def _pickles(obj: Any) -> bool:
+    try:
+        cloudpickle.dumps(obj)
+    except Exception:
+        return False
+    return True
 
 
 def register_missing(specs: dict[str, gym.envs.registration.EnvSpec]) -> None:

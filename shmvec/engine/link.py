@@ -17,11 +17,10 @@ import select
 from collections import deque
 from typing import Any
 
-import cloudpickle
 import numpy as np
 
 from shmvec.engine.failures import describe_exit
-from shmvec.engine.lean_start import WORKER_NAME_PREFIX, registry_additions, start_without_main
+from shmvec.engine.lean_start import WORKER_NAME_PREFIX, env_fns_blob, start_without_main
 from shmvec.engine.worker import worker_main
 from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import Command, ErrorReport, SendReply, Status, post_word
@@ -60,7 +59,7 @@ class WorkerLink:
         """Start the worker process on its envs with a new pipe (at start-up and on restart)."""
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         self.conn = parent_conn
-        blob = cloudpickle.dumps((list(env_fns[self.start : self.stop]), env_wrapper, registry_additions()))
+        blob = env_fns_blob(list(env_fns[self.start : self.stop]), env_wrapper)
         names = (self.cmd.name, self.done.name, self.finished.name)
         args = (self.index, child_conn, blob, self.start, self.stop, names, max_spin, worker_threads, os.getpid())
         self.process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"{WORKER_NAME_PREFIX}{self.index}")
