@@ -162,15 +162,7 @@ class ShmPoolVecEnv(VecEnv):
         sent = pool.step_wait()
         terminated, truncated = pool.terminated, pool.truncated
         dones = terminated | truncated
-        # N fresh dicts, as DummyVecEnv returns (callers and wrappers add keys to them).
-        infos: list[dict[str, Any]] = [{"TimeLimit.truncated": False} for _ in self._env_range]
-        for group in pool.info_groups:  # infos of shared rows: envs whose episode goes on
-            dicts = group.dicts(_NOT_TRUNCATED)
-            if type(group.envs) is slice:
-                infos[group.envs] = dicts
-            else:
-                for i, info in zip(group.envs.tolist(), dicts):
-                    infos[i] = info
+        infos = self._row_infos(pool.info_groups)
         for record in sent:
             i = record.env_index
             if record.final_info is not None:  # the episode ended and the env auto-reset
@@ -186,6 +178,21 @@ class ShmPoolVecEnv(VecEnv):
                 info["TimeLimit.truncated"] = False
             infos[i] = info
         return self._observations(), pool.rewards.astype(np.float32), dones, infos
+
+    def _row_infos(self, groups: list) -> list[dict[str, Any]]:
+        """N fresh dicts, as DummyVecEnv returns (callers and wrappers add keys to them): the infos
+        of shared rows (envs whose episode goes on), ``{"TimeLimit.truncated": False}`` for the others."""
+        if not groups:
+            return [{"TimeLimit.truncated": False} for _ in self._env_range]
+        infos: list[Any] = [None] * self.num_envs
+        for group in groups:
+            dicts = group.dicts(_NOT_TRUNCATED)
+            if type(group.envs) is slice:
+                infos[group.envs] = dicts
+            else:
+                for i, info in zip(group.envs.tolist(), dicts):
+                    infos[i] = info
+        return [info if info is not None else {"TimeLimit.truncated": False} for info in infos]
 
     def reset(self) -> VecEnvObs:
         kwargs = {}
