@@ -118,6 +118,7 @@ class Counter(gym.Env):
 
 gym.register("Counter-v0", entry_point=Counter, kwargs={{"start": 3}})  # a class of this script
 gym.register("CounterByName-v0", entry_point="__main__:Counter")  # ... named by a string
+gym.register("ShortCartPole-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv", max_episode_steps=3)
 
 if __name__ == "__main__":
     fns = [lambda: gym.make("Counter-v0"), lambda: gym.make("CounterByName-v0")] * 2
@@ -128,6 +129,11 @@ if __name__ == "__main__":
         actions = np.array([2, 1, 0, 2])
         assert np.array_equal(envs.step(actions)[0], ref.step(actions)[0])
     envs.close()
+    short = shmvec.ShmVectorEnv([lambda: gym.make("ShortCartPole-v0")] * 2, n_workers=2{start_method})
+    short.reset(seed=0)
+    truncated = [short.step(np.zeros(2, np.int64))[3].all() for _ in range(3)]
+    assert truncated == [False, False, True], truncated  # its own max_episode_steps: a new id, not a builtin
+    short.close()
     print("same")
 """
 
