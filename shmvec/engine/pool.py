@@ -28,6 +28,7 @@ Rare calls (reset, get_attr, env_method, render, ...; :mod:`shmvec.engine.rare_c
       post cmd[k], pipe: Reset | RunOps ─────────▶ run it on the named envs
     requests.wait: wait done[k], recv ◀────────── status REPLY | ERROR; pipe: {env: result}
 
+Past 8 workers a step is posted through a tree of workers (:mod:`shmvec.engine.step_tree`).
 Every command carries the number of its post on ``cmd[k]`` (its seq) in the same word
 (``ctrl[k].post``, one store): a worker that reads the word before taking that post takes
 posts until it has, and runs the sends in its inbox before any other command.
@@ -76,10 +77,8 @@ from shmvec.engine.rare_calls import Requests
 from shmvec.engine.resources import PoolResources, finalize_unclosed
 from shmvec.engine.restart import Rebuild, Restarter
 from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
-from shmvec.engine.validation import (
-    check_env_fns,
-    check_same_spaces,
-)
+from shmvec.engine.step_tree import StepTree
+from shmvec.engine.validation import check_env_fns, check_same_spaces
 from shmvec.engine.worker_waits import WorkerWaits
 from shmvec.ipc import layout as lay
 from shmvec.ipc import pickled
@@ -204,9 +203,11 @@ class ShmPool(WorkerWaits, EngineBase):
         self._final_obs, self._final_flag = views.get(lay.FINAL_OBS), views.get(lay.FINAL_FLAG)
         self.pickled = pickled.PickledLeaves(self.layout, self.shards, self.num_envs)
         self.info_reader = InfoReader(views, self.shards, self.n_workers + self.main_shard)
+        tree = self._step_tree = StepTree.of(self.links, views["ctrl"], opts.on_worker_failure == "restart")
         for link in self.links:
             link.ctrl = views["ctrl"][link.index]
-            link.conn.send_bytes(pickle.dumps(self.attach_message()))
+            children = tree.children_names[link.index] if tree else ()
+            link.conn.send_bytes(pickle.dumps(self.attach_message(step_children=children)))
         self.main: Shard | None = None  # the main process's shard, shards[-1], if main_shard
         if self.main_shard:
             self.main = Shard(
@@ -249,8 +250,9 @@ class ShmPool(WorkerWaits, EngineBase):
             restarter=self.restarter,
         )
 
-    def attach_message(self, restart: bool = False) -> Attach:
-        return Attach(self._res.arena.name, self.layout, self.autoreset_mode, self._res.ready.name, restart)
+    def attach_message(self, restart: bool = False, step_children: tuple[str, ...] = ()) -> Attach:
+        res = self._res
+        return Attach(res.arena.name, self.layout, self.autoreset_mode, res.ready.name, restart, step_children)
 
     # -- the synchronous step ------------------------------------------------------
 
@@ -268,11 +270,14 @@ class ShmPool(WorkerWaits, EngineBase):
         self.caller.step()
         if self.links:
             next_wait = self._next_wait()
-            for link in self.links:
-                link.ctrl[lay.CTRL_NEXT_WAIT] = next_wait  # before the post: the worker reads it after the step
-                link.post(_COMMAND_STEP)
-                if blobs is not None:
-                    self.pickled.send(link, blobs[link.index])
+            if self._step_tree is not None:  # many workers: they post each other (see step_tree)
+                self._step_tree.post(next_wait)
+            else:
+                for link in self.links:
+                    link.ctrl[lay.CTRL_NEXT_WAIT] = next_wait  # before the post: the worker reads it after the step
+                    link.post(_COMMAND_STEP)
+            for link in self.links if blobs is not None else ():
+                self.pickled.send(link, blobs[link.index])
         self.pending = "step"
 
     def _next_wait(self) -> int:
@@ -292,7 +297,8 @@ class ShmPool(WorkerWaits, EngineBase):
             except EnvFailed as failure:
                 main_failure = failure
         dead: list[WorkerLink] | None = [] if self.restarter else None
-        replies = self.collect(self.links, timeout, dead)
+        tree = self._step_tree
+        replies = self.collect(self.links, timeout, dead) if tree is None else tree.collect(self.collect, timeout)
         if main_failure is not None:
             raise main_shard_error(main_failure)
         for link in dead or ():

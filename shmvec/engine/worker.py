@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -55,7 +55,7 @@ THREAD_ENV_VARS = (
     "VECLIB_MAXIMUM_THREADS",
 )
 # Plain ints for the hot path: attribute access on an IntEnum member costs ~1 µs.
-_COMMAND_STEP, _COMMAND_SEND = int(Command.STEP), int(Command.SEND)
+_COMMAND_STEP, _COMMAND_SEND, _COMMAND_CLOSE = int(Command.STEP), int(Command.SEND), int(Command.CLOSE)
 _STATUS_OK, _STATUS_REPLY = int(Status.OK), int(Status.REPLY)
 _COMMAND_MASK, _SENT_MASK, _SEQ_MASK = POST_SPAN - 1, SENT_SPAN - 1, SEQ_SPAN - 1  # fields of a protocol.post_word
 _NEXT_SPIN = {int(NextWait.OWN): None, int(NextWait.BLOCK): 0.0, int(NextWait.SPIN): MAX_SPIN}  # see NextWait
@@ -144,12 +144,15 @@ def worker_main(
         sends = _Sends(worker, conn, ready, finished, shard, views)
         if shard.double_buffered:  # a restarted worker joins the step in progress: its buffer
             shard.select_obs_buffer(int(views["ctrl"][worker][lay.CTRL_OBS_BUFFER]))
+        children = [Signal.open(name) for name in attach_msg.step_children]  # see engine.step_tree
         if attach_msg.restart:
             _start_afresh(worker, conn, shard)
         try:
-            _serve(worker, conn, cmd, done, shard, views, sends)
+            _serve(worker, conn, cmd, done, shard, views, sends, [child.post for child in children])
         finally:
             ready.close()
+            for child in children:
+                child.close()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the main process went away; nobody is left to tell
     finally:
@@ -234,7 +237,19 @@ def _start_afresh(worker: int, conn: mp.connection.Connection, shard: Shard) -> 
     conn.send_bytes(blob)
 
 
-def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[str, np.ndarray], sends: _Sends) -> None:
+def _serve(
+    worker,
+    conn,
+    cmd: Signal,
+    done: Signal,
+    shard: Shard,
+    views: dict[str, np.ndarray],
+    sends: _Sends,
+    post_children: Sequence[Callable[[], None]] = (),
+) -> None:
+    """Run the commands the main process posts until CLOSE. ``post_children``: the posts that
+    start this worker's children in the step tree (:mod:`shmvec.engine.step_tree`), made as a
+    STEP is taken, before stepping."""
     row = views["ctrl"][worker]
     posts = 0  # posts taken from cmd (mod SEQ_SPAN): the word with this seq is published
     double_buffered = shard.double_buffered
@@ -250,7 +265,12 @@ def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[st
         command = word & _COMMAND_MASK
         if double_buffered:
             shard.select_obs_buffer(int(row[lay.CTRL_OBS_BUFFER]))
-        spin = _NEXT_SPIN[row[lay.CTRL_NEXT_WAIT]] if command == _COMMAND_STEP else None
+        if command == _COMMAND_STEP:
+            for post_child in post_children:
+                post_child()
+            spin = _NEXT_SPIN[row[lay.CTRL_NEXT_WAIT]]
+        else:
+            spin = None
         sends.run((word >> SENT_SHIFT) & _SENT_MASK)  # sends come first: a reset of other envs may follow them
         if command == _COMMAND_SEND:
             continue
@@ -282,9 +302,14 @@ def _serve(worker, conn, cmd: Signal, done: Signal, shard: Shard, views: dict[st
 def _catch_up(cmd: Signal, row: np.ndarray, posts: int) -> tuple[int, int]:
     """The word was written for a post we have not taken yet (several posts came at once, or
     its own is about to come): take posts until the word read is the last one's; return
-    ``(word, posts)``. The main process posts right after writing, so this never waits long."""
+    ``(word, posts)``. The main process posts right after writing, so this never waits long.
+
+    A CLOSE is acted on at once: it needs nothing published, and a post still due from a
+    parent in the step tree may never come (the parent closed first)."""
     while True:
         word = int(row[lay.CTRL_POST])
+        if word & _COMMAND_MASK == _COMMAND_CLOSE:
+            return word, posts
         ahead = ((word >> SEQ_SHIFT) - posts) & _SEQ_MASK
         if ahead == 0 or ahead > _SEQ_MASK // 2:  # ours (or behind, never written: no waiting forever)
             return word, posts

@@ -140,6 +140,8 @@ class Attach:
     ready_name: str  # the signal posted for every env an async send finishes (a wake-up: see the module doc)
     # The worker replaces one that died: it resets its envs and replies their reset infos.
     restart: bool = False
+    # The cmd signals of the workers this one posts when it takes a STEP (engine.step_tree).
+    step_children: tuple[str, ...] = ()
 
 
 # ---- requests (main -> worker) and replies ------------------------------------------

@@ -66,6 +66,7 @@ class Signal:
         self._hits = 1.0  # moving average of "the wait ended within max_spin"
         self._off_waits = 0  # waits since spinning turned off (counts to the next probe)
         self.post = sem.release
+        self.take = sem.acquire  # take(0): one post now, or posix_ipc.BusyError (no spin, no learning)
 
     @classmethod
     def create(cls, max_spin: float = 0.0) -> Signal:
