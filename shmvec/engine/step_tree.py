@@ -63,6 +63,7 @@ class StepTree:
         self.ctrl = ctrl  # the control block: one row per worker
         self.root_posts = [link.cmd.post for link in links[:fanout]]
         self.statuses = ctrl[:, lay.CTRL_STATUS]
+        self.done_takes = [link.done.take for link in links[:-1]]
         # what each worker is told at attach: the cmd signals it posts
         self.children_names = [tuple(links[c].cmd.name for c in kids) for kids in children_of(len(links), fanout)]
 
@@ -111,9 +112,9 @@ class StepTree:
         links, late = self.links[:-1], []
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
         try:
-            for link in links:
+            for link, take in zip(links, self.done_takes):
                 try:
-                    link.done.take(0)
+                    take(0)
                 except posix_ipc.BusyError:
                     late.append(link)
                 else:
