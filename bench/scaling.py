@@ -351,6 +351,7 @@ def projected_speedup(t_env: float, cores: int, num_envs: int, per_env: float, p
 
 def projection_markdown(results: dict) -> str:
     per_worker = results["per_worker_us"]
+    before = results.get("baseline")  # the same section run on an earlier commit (--baseline)
     lines = [
         f"The main process's CPU per vector step: **{per_worker:.1f} µs per worker** (4 against 64 workers, one "
         "waiting env each, every wait blocking; "
@@ -358,10 +359,21 @@ def projection_markdown(results: dict) -> str:
         "a step), and per env (16 against 256 zero-cost envs, 2 workers; every wait blocking, so that waiting "
         "costs no CPU):",
         "",
-        "| adapter, infos | main CPU per env per step |",
-        "|---|---|",
+        "| adapter, infos | main CPU per env per step |" + (f" {before['label']} |" if before else ""),
+        "|---|---|" + ("---|" if before else ""),
     ]
-    lines += [f"| {name} | {us:.2f} µs |" for name, us in results["per_env_us"].items()]
+    for name, us in results["per_env_us"].items():
+        old = f" {before['per_env_us'][name]:.2f} µs |" if before else ""
+        lines.append(f"| {name} | {us:.2f} µs |{old}")
+    if before:
+        lines += [
+            "",
+            f"Per worker, {before['label']}: {before['per_worker_us']:.1f} µs "
+            f"({before['workers']['K=4']['main_cpu_us']:.0f} and {before['workers']['K=64']['main_cpu_us']:.0f} µs "
+            "a step); wall time of a step with 64 workers "
+            f"{1e6 / before['workers']['K=64']['steps_per_s'] * 64:.0f} µs before, "
+            f"{1e6 / results['workers']['K=64']['steps_per_s'] * 64:.0f} µs now.",
+        ]
     lines += [
         "",
         "What that work allows on C cores: the speed-up over one process of N = 1024 envs stepped by the best "
@@ -445,6 +457,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seconds", type=float, default=1.0, help="stepping time per sample")
     p.add_argument("--rounds", type=int, default=3, help="samples per implementation (medians)")
     p.add_argument("--out", default="bench/results", help="folder of report.md, scaling.json, scaling.png")
+    p.add_argument("--baseline", help="projection section: a scaling.json from an earlier commit, shown beside")
+    p.add_argument("--baseline-label", default="the previous release", help="what --baseline is")
     args = p.parse_args(argv)
     sections = [section for section in args.sections.split(",") if section]  # none: the report from --out only
     ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
@@ -460,6 +474,9 @@ def main(argv: list[str] | None = None) -> None:
     }
     for section in sections:
         results[section] = runs[section]()
+        if section == "projection" and args.baseline:
+            baseline = json.loads(Path(args.baseline).read_text())["projection"]
+            results[section]["baseline"] = {**baseline, "label": args.baseline_label}
         saved.write_text(json.dumps(results, indent=1, default=float))  # kept should a later section fail
     plot(results, out / "scaling.png")
     text = markdown(results, args)
