@@ -8,7 +8,7 @@ Modules (one job each):
 - :mod:`bench.measure` - timing: pre-generated actions, warm-up, round-robin repeats, medians.
 - :mod:`bench.overhead` - per-step overhead with no env work and the overhead model.
 - :mod:`bench.memory` - peak memory (RSS / USS / PSS) of the process tree.
-- :mod:`bench.targets` - the target ratios of issue 5, checked side by side.
+- :mod:`bench.targets` - the target ratios, checked side by side.
 - :mod:`bench.plots` - matplotlib figures.
 - :mod:`bench.report` - the CLI that runs a grid and writes Markdown + PNG.
 """

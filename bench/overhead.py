@@ -12,7 +12,7 @@ min(N, cores) for one process per env)::
     fps_model = N / (N * t_env / P + t_overhead(N))
     efficiency = fps / (P / t_env) ≈ (N * t_env / P) / (N * t_env / P + t_overhead)
 
-With ``P = 1`` this is issue 5's ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env + t_overhead)``.
+With ``P = 1`` this is the targets' ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env + t_overhead)``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import numpy as np
 from bench.workloads import get_workload
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HEADING = '## More than one machine: backend="ray" (issue 11)'
+HEADING = '## More than one machine: backend="ray"'
 N_ENVS = 8
 COSTS = ["0us", "100us", "1ms"]
 SHAPES = ["4", "84x84x4:uint8"]

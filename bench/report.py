@@ -6,7 +6,7 @@ Usage (from the repository root)::
     python bench/report.py --grid full --out /tmp/full
     python bench/report.py --grid custom --envs CartPole-v1,synth:1ms:4 --n 8,64 --k 1,2
     python bench/report.py --targets             # only the issue's target ratios, PASS/FAIL
-    python bench/report.py --targets --target-set default   # only issue 10's (the default configuration)
+    python bench/report.py --targets --target-set default   # only the default configuration's
     python bench/report.py --sections async --out docs/bench   # async batches: appended to report.md
     python bench/report.py --sections ray --out docs/bench     # backend="ray": appended to report.md
 
@@ -122,7 +122,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--target-set",
         choices=("all", "default"),
         default="all",
-        help="targets section: every target, or only issue 10's (the default configuration)",
+        help="targets section: every target, or only the default configuration's",
     )
     p.add_argument(
         "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"), help="output directory"

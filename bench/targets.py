@@ -1,4 +1,4 @@
-"""Issue 5's target ratios, each measured side by side (round-robin) in one run.
+"""Target ratios, each measured side by side (round-robin) in one run.
 
 Every shmvec adapter available (``shm_sb3``, ``shm_gym``) is checked against every
 baseline of a target; a check passes when ``shmvec / baseline >= min_ratio`` on medians.
@@ -42,7 +42,7 @@ TARGETS: list[Target] = [
 ]
 DEFAULTS = ("shm_sb3_auto", "shm_gym_auto")  # the default constructors: n_workers=None
 AUTO = (*DEFAULTS, "shm_sb3_zero_copy")  # every configuration with the default execution
-# Issue 10: the default constructor near the 2-core limit (K is ignored for AUTO: 0 in the tag).
+# The default constructor near the 2-core limit (K is ignored for AUTO: 0 in the tag).
 DEFAULT_TARGETS: list[Target] = [
     # SyncVectorEnv in each adapter's mode: SAME_STEP for ShmPoolVecEnv (SB3's), NEXT_STEP for ShmVectorEnv.
     Target("CartPole-v1", 64, 0, "sync_same", 1.8, "default, CartPole N=64", ("shm_sb3_auto",)),

@@ -1,4 +1,4 @@
-"""Issue 10's stability check: fresh pools of one configuration, one after another.
+"""The default configuration's stability check: fresh pools of one configuration, one after another.
 
 Usage (from the repository root)::
 
