@@ -76,6 +76,9 @@ class AsyncSchedule(EnvStates):
         self.ready_ns, self.env_status = views[lay.READY_NS], views[lay.ENV_STATUS]
         self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
         self.final_obs, self.final_flag = views.get(lay.FINAL_OBS), views.get(lay.FINAL_FLAG)
+        self.ctrl = views["ctrl"]
+        self.shard_starts = np.array([start for start, _ in shards], dtype=np.int64)
+        self._liveness_at = 0.0  # when recv last checked that every worker lives
         self._resetting: list[int] = []  # envs of an async reset not collected yet
 
     def queue_all(self, env_ids: list[int]) -> None:
@@ -120,13 +123,19 @@ class AsyncSchedule(EnvStates):
         self._finish_reset()
         self.pool.settle()
         self.state[env_ids] = IN_FLIGHT
-        by_worker: dict[int, list[int]] = {}
-        for i in self._unsent_restarted(env_ids.tolist()):  # those whose worker was re-created are reported now
-            by_worker.setdefault(self.shard_of(i), []).append(i)
-        main_ids = by_worker.pop(len(self.links), [])
+        ids = np.array(self._unsent_restarted(env_ids.tolist()), dtype=np.int64)  # restarted ones: reported now
+        shards = np.searchsorted(self.shard_starts, ids, side="right") - 1
+        order = np.argsort(shards, kind="stable")  # grouped by shard, each in the caller's order
+        ids, shards = ids[order].tolist(), shards[order]
+        bounds = np.flatnonzero(np.diff(shards)) + 1
         self.caller.step()
-        for k, ids in by_worker.items():
-            self.links[k].put(ids, self.inbox)
+        main_ids: list[int] = []
+        for begin, end in zip([0, *bounds.tolist()], [*bounds.tolist(), len(ids)]):
+            k = int(shards[begin])
+            if k == len(self.links):
+                main_ids = ids[begin:end]
+            else:
+                self.links[k].put(ids[begin:end], self.inbox)
         if main_ids:
             self._step_main(main_ids)
 
@@ -154,7 +163,8 @@ class AsyncSchedule(EnvStates):
         check_available(self.state, batch_size)
         deadline = self.pool.deadline(timeout)
         ready = self.ready
-        self._check_alive(None, None)  # else a dead worker's envs could vanish while others keep the batches full
+        if time.monotonic() - self._liveness_at > LIVENESS_INTERVAL:
+            self._check_alive(None, None)  # else a dead worker's envs could vanish while others keep the batches full
         while True:
             ready.drain()  # the posts of what this scan takes; later ones wake the wait below
             self._scan()
@@ -180,12 +190,18 @@ class AsyncSchedule(EnvStates):
         """
         finished: list[tuple[int, int]] = []
         error = None
-        for link in self.links:
-            size = link.stop - link.start
+        ctrl, outbox, env_status, ready_ns = self.ctrl, self.outbox, self.env_status, self.ready_ns
+        # Only the workers whose count of published envs moved. The count is a hint, read without
+        # a post: an update not visible yet comes with a later post on ``ready``, which wakes recv
+        # to scan again (every ``ready`` post taken makes its worker's count visible).
+        for k in np.flatnonzero(ctrl[:, lay.CTRL_PUBLISHED] != ctrl[:, lay.CTRL_TAKEN]).tolist():
+            link, row = self.links[k], ctrl[k]
+            start, size, taken = link.start, link.stop - link.start, int(row[lay.CTRL_TAKEN])
             for _ in range(link.finished.drain()):
-                i = int(self.outbox[link.start + link.taken % size])
-                link.taken += 1
-                if self.env_status[i] != 0:  # its record or error follows on the pipe
+                i = int(outbox[start + taken % size])
+                taken += 1
+                row[lay.CTRL_TAKEN] = taken
+                if env_status[i] != 0:  # its record or error follows on the pipe
                     reply = self.pool.message_from(link, send_reply=True)
                     if isinstance(reply, Restart):
                         # It died before sending it (so this env was its last): the env stays in
@@ -197,7 +213,7 @@ class AsyncSchedule(EnvStates):
                         error = error or message
                         continue
                     self.records[i] = message[0]
-                finished.append((int(self.ready_ns[i]), i))
+                finished.append((int(ready_ns[i]), i))
         finished.sort()
         for _, i in finished:
             self.state[i] = QUEUED
@@ -207,6 +223,7 @@ class AsyncSchedule(EnvStates):
 
     def _check_alive(self, deadline: float | None, timeout: float | None) -> None:
         """While waiting: a dead worker with envs in flight raises or restarts; then the deadline."""
+        self._liveness_at = time.monotonic()
         for link in self.links:
             if link.death() is None:
                 continue

@@ -49,7 +49,7 @@ class WorkerLink:
         self.owes = IDLE
         self.send_replies: deque[SendReply] = deque()  # read ahead of a rare call's reply
         self.seq = 0  # posts on cmd so far: the seq of the last command word
-        self.sent = self.taken = 0  # async sends: env ids put in its inbox, taken from its outbox
+        self.sent = 0  # async sends: env ids put in its inbox (taken from its outbox: ctrl's CTRL_TAKEN)
 
     @property
     def envs(self) -> str:

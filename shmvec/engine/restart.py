@@ -137,7 +137,7 @@ class Restarter:
         link.cmd.drain()
         link.done.drain()
         link.finished.drain()
-        link.seq = link.sent = link.taken = 0
+        link.seq = link.sent = 0
         link.send_replies.clear()
         link.ctrl[:] = 0
 

@@ -327,8 +327,9 @@ def capture(worker: int, exc: Exception) -> ErrorReport:
 class _Sends:
     """Async batches, worker side: step the envs put in the inbox one by one, publishing each.
 
-    For every env: write its rows, its status and the time, put its id in the outbox, post
-    ``finished`` (which publishes all of that) and ``ready`` (which wakes the main process);
+    For every env: write its rows, its status and the time, put its id in the outbox, count it
+    in ``CTRL_PUBLISHED``, post ``finished`` (which publishes all of that) and ``ready`` (which
+    wakes the main process);
     then, unless its status is OK, send its record or error report on the pipe (after
     publishing: the main process reads the pipe only for envs it has seen finish, so
     sending first could deadlock on a full pipe).
@@ -338,6 +339,7 @@ class _Sends:
         self.worker, self.conn, self.ready, self.finished, self.shard = worker, conn, ready, finished, shard
         self.inbox, self.outbox = views[lay.INBOX], views[lay.OUTBOX]
         self.ready_ns, self.env_status = views[lay.READY_NS], views[lay.ENV_STATUS]
+        self.ctrl = views["ctrl"][worker]
         self.start, self.size = shard.start, shard.stop - shard.start
         self.taken = self.published = 0
 
@@ -361,6 +363,7 @@ class _Sends:
             self.ready_ns[i] = time.monotonic_ns()
             self.outbox[start + self.published % size] = i
             self.published += 1
+            self.ctrl[lay.CTRL_PUBLISHED] = self.published  # before the posts: see AsyncSchedule._scan
             self.finished.post()
             self.ready.post()
             if blob is not None:

@@ -36,6 +36,9 @@ ALIGNMENT = 64  # bytes; one cache line, so neighbouring fields never share one
 # two cells could pair a new seq with an old command), see protocol.post_word.
 CTRL_POST = 0  # written by the main process: protocol.post_word(seq, sent, command)
 CTRL_STATUS = 1  # written by the worker: a protocol.Status
+# Async sends: how many envs the worker has put in its outbox, and the main process has taken from
+# it. A hint of which outboxes have news, read plainly; the envs are taken through posts.
+CTRL_PUBLISHED, CTRL_TAKEN = 2, 3
 CTRL_OBS_BUFFER = 4  # double-buffered observations: which buffer the posted command writes
 CTRL_NEXT_WAIT = 5  # written by the main process with each STEP: a protocol.NextWait
 CTRL_WIDTH = 8

@@ -34,7 +34,12 @@ Each hand-off, as writer: what -> the post that publishes it -> reader, after ta
 - worker k, env i of a send: its rows, ``ENV_STATUS[i]``, ``READY_NS[i]``, its outbox slot
   -> ``finished[k]``, one post per env -> main (``AsyncSchedule._scan``), one outbox slot
   per post taken; ``ready``, shared by the workers, only wakes it. Env i's record or
-  error follows on the pipe.
+  error follows on the pipe. ``CTRL_PUBLISHED`` (the worker's count of outbox slots) is
+  only a hint of which workers to take posts from: a count not visible yet is visible
+  once the ``ready`` post made after it is taken, and that post wakes the main process.
+- main, a step of more than 8 workers: every worker's word -> the roots' posts ->
+  each worker, which posts its children's ``cmd`` before stepping (``engine.step_tree``):
+  acquire/release pairs chain, so a child sees every store made before the root's post.
 - main, start-up and restart: the worker's control row (zeroed, ``CTRL_OBS_BUFFER``) ->
   the pipe (Attach) -> worker k, once it has received Attach.
 - worker k, restarted: its envs' reset rows -> the pipe (their reset infos) -> main, once

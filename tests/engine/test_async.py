@@ -83,13 +83,14 @@ AUTORESETTING = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
 
 @pytest.mark.parametrize("mode", AUTORESETTING, ids=[m.name for m in AUTORESETTING])
 @pytest.mark.parametrize("main_shard", [False, True], ids=["pool", "main_shard"])
-def test_small_batches_give_each_env_its_own_trajectory(mode, main_shard, closing):
+@pytest.mark.parametrize("n_envs, n_workers, batch", [(7, 2, 3), (25, 12, 7)], ids=["2-workers", "12-workers"])
+def test_small_batches_give_each_env_its_own_trajectory(mode, main_shard, n_envs, n_workers, batch, closing):
     """Whatever the batches, env i sees the same seeds and actions as in SyncVectorEnv, so the same results."""
-    n_envs, batch, steps = 7, 3, 60
+    steps = 60
     fn = FACTORIES["MixedDict"]
     shm = closing(
         ShmVectorEnv(
-            [fn] * n_envs, 2, autoreset_mode=mode, batch_size=batch, start_method="fork", main_shard=main_shard
+            [fn] * n_envs, n_workers, autoreset_mode=mode, batch_size=batch, start_method="fork", main_shard=main_shard
         )
     )
     ref = closing(SyncVectorEnv([fn] * n_envs, autoreset_mode=mode))
