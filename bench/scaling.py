@@ -337,7 +337,37 @@ def projection_section(seconds: float, rounds: int) -> dict:
                 )
             slope = (rows[256]["pool"]["main_cpu_us"] - rows[16]["pool"]["main_cpu_us"]) / 240
             per_env[f"{adapter}, {label}"] = slope
-    return {"per_worker_us": slope_worker, "workers": workers, "per_env_us": per_env}
+    batches = {f"K={k}": async_batch_cpu(k, seconds, rounds) for k in (4, 64)}
+    slope_async = (batches["K=64"] - batches["K=4"]) / 60
+    return {
+        "per_worker_us": slope_worker,
+        "workers": workers,
+        "per_env_us": per_env,
+        "async_per_worker_us": slope_async,
+        "async_batch_cpu_us": batches,
+    }
+
+
+def async_batch_cpu(k: int, seconds: float, rounds: int) -> float:
+    """Main-thread CPU (µs, median of ``rounds``) of one recv and send of half the envs, K workers
+    of two waiting envs each, every wait blocking: what the async path costs per worker."""
+    from shmvec import ShmVectorEnv
+
+    n = 2 * k
+    env = ShmVectorEnv([functools.partial(WaitingEnv, 1e-3)] * n, n_workers=k, max_spin=0.0, batch_size=k)
+    try:
+        env.async_reset(seed=0)
+        actions, samples = np.zeros(k, np.int64), []
+        for r in range(rounds + 1):  # the first round warms up
+            batches, start, cpu = 0, time.perf_counter(), time.thread_time()
+            while time.perf_counter() - start < seconds:
+                env.send(actions, env.recv()[4]["env_id"])
+                batches += 1
+            if r:
+                samples.append((time.thread_time() - cpu) / batches * 1e6)
+    finally:
+        env.close()
+    return statistics.median(samples)
 
 
 def projected_speedup(t_env: float, cores: int, num_envs: int, per_env: float, per_worker: float) -> float:
@@ -365,6 +395,19 @@ def projection_markdown(results: dict) -> str:
     for name, us in results["per_env_us"].items():
         old = f" {before['per_env_us'][name]:.2f} µs |" if before else ""
         lines.append(f"| {name} | {us:.2f} µs |{old}")
+    if "async_per_worker_us" in results:
+        cpu = results["async_batch_cpu_us"]
+        lines += [
+            "",
+            f"Async batches (`send`/`recv` of half the envs, two waiting envs per worker): "
+            f"**{results['async_per_worker_us']:.1f} µs per worker and its env of the batch** "
+            f"({cpu['K=4']:.0f} µs a batch with 4 workers, {cpu['K=64']:.0f} with 64)"
+            + (
+                f"; {before['label']}: {before['async_per_worker_us']:.1f} µs."
+                if before and "async_per_worker_us" in before
+                else "."
+            ),
+        ]
     if before:
         lines += [
             "",

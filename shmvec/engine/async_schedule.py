@@ -77,7 +77,7 @@ class AsyncSchedule(EnvStates):
         self.rewards, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
         self.final_obs, self.final_flag = views.get(lay.FINAL_OBS), views.get(lay.FINAL_FLAG)
         self.ctrl = views["ctrl"]
-        self.shard_starts = np.array([start for start, _ in shards], dtype=np.int64)
+        self.env_shard = np.repeat(np.arange(len(shards)), [stop - start for start, stop in shards])  # env -> shard
         self._liveness_at = 0.0  # when recv last checked that every worker lives
         self._resetting: list[int] = []  # envs of an async reset not collected yet
 
@@ -123,19 +123,14 @@ class AsyncSchedule(EnvStates):
         self._finish_reset()
         self.pool.settle()
         self.state[env_ids] = IN_FLIGHT
-        ids = np.array(self._unsent_restarted(env_ids.tolist()), dtype=np.int64)  # restarted ones: reported now
-        shards = np.searchsorted(self.shard_starts, ids, side="right") - 1
-        order = np.argsort(shards, kind="stable")  # grouped by shard, each in the caller's order
-        ids, shards = ids[order].tolist(), shards[order]
-        bounds = np.flatnonzero(np.diff(shards)) + 1
+        ids = self._unsent_restarted(env_ids.tolist())  # those whose worker was re-created are reported now
+        by_worker: dict[int, list[int]] = {}
+        for i, k in zip(ids, self.env_shard[ids].tolist()):
+            by_worker.setdefault(k, []).append(i)
+        main_ids = by_worker.pop(len(self.links), [])
         self.caller.step()
-        main_ids: list[int] = []
-        for begin, end in zip([0, *bounds.tolist()], [*bounds.tolist(), len(ids)]):
-            k = int(shards[begin])
-            if k == len(self.links):
-                main_ids = ids[begin:end]
-            else:
-                self.links[k].put(ids[begin:end], self.inbox)
+        for k, worker_ids in by_worker.items():
+            self.links[k].put(worker_ids, self.inbox)
         if main_ids:
             self._step_main(main_ids)
 
