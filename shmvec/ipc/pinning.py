@@ -89,7 +89,8 @@ def _loaded_libcudart() -> list[str]:
             lines = maps.read().splitlines()
     except OSError:
         return []
-    paths = {line.split(maxsplit=5)[5].removesuffix(" (deleted)") for line in lines if line.count(" ") >= 5}
+    fields = (line.split(maxsplit=5) for line in lines)  # address, perms, offset, dev, inode[, path]
+    paths = {parts[5].removesuffix(" (deleted)") for parts in fields if len(parts) == 6}
     return sorted(path for path in paths if os.path.basename(path).startswith("libcudart"))
 
 
