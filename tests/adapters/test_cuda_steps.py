@@ -26,7 +26,7 @@ from gymnasium.vector import AutoresetMode
 torch = pytest.importorskip("torch")
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, WorkerDiedError  # noqa: E402
-from shmvec.adapters import torch_device  # noqa: E402
+from shmvec.adapters import cuda_copies, torch_device  # noqa: E402
 from shmvec.engine import worker  # noqa: E402
 from shmvec.ipc import arena as arena_module  # noqa: E402
 from shmvec.ipc import pinning  # noqa: E402
@@ -104,8 +104,11 @@ class FakeEvent:
 
     def __init__(self, stream: FakeStream):
         self.stream = stream
-        stream.recorded += 1
-        self.number = stream.recorded
+        self.record()
+
+    def record(self) -> None:
+        self.stream.recorded += 1
+        self.number = self.stream.recorded
 
     def synchronize(self) -> None:
         self.stream.completed = max(self.stream.completed, self.number)
@@ -120,7 +123,7 @@ class FakeStream:
         self.recorded = self.completed = 0
 
 
-class FakeCudaCalls(torch_device.CudaCalls):
+class FakeCudaCalls(cuda_copies.CudaCalls):
     """CUDA's calls as CPU ones: device tensors are CPU tensors; events complete only when synchronized."""
 
     stream = FakeStream()
@@ -141,8 +144,12 @@ class FakeCudaCalls(torch_device.CudaCalls):
     def staging(self, shape, dtype):
         return torch.empty(shape, dtype=dtype)
 
-    def fence(self):
-        return FakeEvent(self.stream)
+    def fence(self, event=None):
+        if event is None:
+            return FakeEvent(self.stream)
+        assert event.done, "an event recorded again while a copy may still wait on it"
+        event.record()
+        return event
 
     def hand_over(self, tensors, event):
         pass
@@ -151,7 +158,7 @@ class FakeCudaCalls(torch_device.CudaCalls):
 @pytest.fixture
 def fake_cuda(monkeypatch, cuda_log):
     FakeCudaCalls.stream = FakeStream()
-    monkeypatch.setattr(torch_device, "cuda_calls", FakeCudaCalls)
+    monkeypatch.setattr(cuda_copies, "cuda_calls", FakeCudaCalls)
     return FakeCudaCalls
 
 
@@ -295,17 +302,17 @@ class WriteChecker:
     """Before each command that lets the workers write rows, every copy reading one of them must be done."""
 
     def __init__(self, env, monkeypatch):
-        self.reads: list[tuple[FakeEvent, np.ndarray]] = []
+        self.reads: list[tuple[FakeStream, int, np.ndarray]] = []  # stream, event number, rows: events are reused
         self.posts = 0
-        original_add = torch_device.CopyFences.add
+        original_add = cuda_copies.CopyFences.add
         checker = self
 
         def add(fences, event, rows):
             if rows is not None:
-                checker.reads.append((event, np.arange(env.num_envs)[rows]))
+                checker.reads.append((event.stream, event.number, np.arange(env.num_envs)[rows]))
             original_add(fences, event, rows)
 
-        monkeypatch.setattr(torch_device.CopyFences, "add", add)
+        monkeypatch.setattr(cuda_copies.CopyFences, "add", add)
         pool = env._pool
         for name, rows_of in (
             ("step_async", lambda *a: None),
@@ -319,23 +326,33 @@ class WriteChecker:
         def wrapper(*args, **kwargs):
             rows = rows_of(*args, **kwargs)
             written = np.arange(num_envs) if rows is None else np.asarray(rows)
-            for event, read in self.reads:
+            for stream, number, read in self.reads:
                 if np.isin(read, written).any():
-                    assert event.done, f"rows {written.tolist()} posted while a copy of rows {read.tolist()} runs"
+                    running = f"rows {written.tolist()} posted while a copy of rows {read.tolist()} runs"
+                    assert number <= stream.completed, running
             self.posts += 1
             return post(*args, **kwargs)
 
         return wrapper
 
 
+@pytest.mark.parametrize("one_copy", [True, False], ids=["one-span-copy", "a-copy-per-array"])
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED], ids=lambda m: m.name)
-def test_whole_steps_match_and_wait_for_their_copies(mode, fake_cuda, closing, monkeypatch):
+def test_whole_steps_match_and_wait_for_their_copies(mode, one_copy, fake_cuda, closing, monkeypatch):
+    if not one_copy:  # as for memory that is not one arena (Ray's driver): each array on its own
+        monkeypatch.setattr(cuda_copies, "SPAN_SLACK", (1.0, 0))
+    spans = []
+    original = cuda_copies.CudaCopies._copy_span
+    monkeypatch.setattr(
+        cuda_copies.CudaCopies, "_copy_span", lambda self, span: spans.append(span) or original(self, span)
+    )
     shm, ref = make_pair(MIXED, closing, mode=mode, device="cuda")
     checker = WriteChecker(shm, monkeypatch)
     counts = run_equivalence(AsNumpy(shm, device=torch.device("cpu")), ref, 120, seed=4)
     assert counts["terminated"] + counts["truncated"] > 0
     assert len(checker.reads) > 100 and checker.posts > 100
     assert fake_cuda.stream.completed > 0
+    assert (len(spans) > 100) == one_copy  # observations, rewards and flags in one copy, or not
 
 
 @pytest.mark.parametrize("n_workers", [1, 2])
@@ -372,7 +389,7 @@ def _batch_space(env, n):
 
 
 def test_copy_fences_wait_only_for_copies_of_the_rows_written():
-    fences, stream = torch_device.CopyFences(6), FakeStream()
+    fences, stream = cuda_copies.CopyFences(6), FakeStream()
     first, second = FakeEvent(stream), FakeEvent(stream)
     fences.add(first, slice(0, 3))
     fences.add(second, slice(3, 6))
