@@ -43,19 +43,22 @@ class CudaHost:
         return torch is not None and torch.cuda.is_available()
 
     def register(self, address: int, nbytes: int, device: int | None) -> int:
-        """``cudaHostRegister``; the CUDA error code (0: success)."""
+        """``cudaHostRegister`` in ``device``'s context (None: the current device); the CUDA error code (0: success)."""
         import torch
 
         with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
             return int(torch.cuda.cudart().cudaHostRegister(address, nbytes, HOST_REGISTER_PORTABLE))
 
-    def unregister(self, address: int) -> int:
-        """``cudaHostUnregister``, once every copy on every device is done; the CUDA error code."""
+    def unregister(self, address: int, device: int | None) -> int:
+        """``cudaHostUnregister``, once ``device``'s copies are done; the CUDA error code.
+
+        Only that device is synchronized: synchronizing another would create a context there.
+        """
         import torch
 
-        for device in range(torch.cuda.device_count()):
-            torch.cuda.synchronize(device)  # no DMA may still read the memory
-        return int(torch.cuda.cudart().cudaHostUnregister(address))
+        with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
+            torch.cuda.synchronize()  # no DMA may still read the memory
+            return int(torch.cuda.cudart().cudaHostUnregister(address))
 
     def clear_error(self) -> None:
         """Consume the error a failed call left in the CUDA runtime's last-error slot.
@@ -100,9 +103,9 @@ class PinnedMemory:
     Use :func:`pin`, which falls back (``None`` and one warning) when registration fails.
     """
 
-    def __init__(self, memory: np.ndarray, address: int, host: CudaHost):
+    def __init__(self, memory: np.ndarray, address: int, device: int | None, host: CudaHost):
         self._memory: np.ndarray | None = memory  # keeps the mapping alive while registered
-        self.address, self.nbytes = address, memory.nbytes
+        self.address, self.nbytes, self.device = address, memory.nbytes, device
         self._host = host
         self._owner_pid = os.getpid()
 
@@ -115,7 +118,7 @@ class PinnedMemory:
         if self._memory is None or os.getpid() != self._owner_pid:
             return
         try:
-            if self._host.unregister(self.address) != 0:
+            if self._host.unregister(self.address, self.device) != 0:
                 self._host.clear_error()  # e.g. at interpreter exit, CUDA unloading: nothing left to undo
         except Exception:
             pass  # closing goes on; the driver drops the registration with the process
@@ -137,7 +140,7 @@ def pin(buffer: Any, what: str, device: int | None = None, host: CudaHost | None
     except Exception as exc:  # torch without CUDA, CUDA refusing to start, ...
         code, problem = -1, f"{type(exc).__name__}: {exc}"
     if problem is None:
-        return PinnedMemory(memory, address, host)
+        return PinnedMemory(memory, address, device, host)
     if code != -1:
         host.clear_error()
     warnings.warn(

@@ -58,7 +58,7 @@ class RecordingHost(pinning.CudaHost):
         self.log.append(("register", os.getpid(), address, nbytes, workers, attached))
         return self.code
 
-    def unregister(self, address: int) -> int:
+    def unregister(self, address: int, device: int | None) -> int:
         exists = bool(self.arenas) and os.path.exists(os.path.join(SHM_DIR, self.arenas[-1].name))
         self.log.append(("unregister", os.getpid(), address, exists))
         return 0
