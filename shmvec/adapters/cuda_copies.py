@@ -139,10 +139,11 @@ class _Span:
         first, last = min(starts), max(start + array.nbytes for start, array in zip(starts, arrays))
         if last - first > SPAN_SLACK[0] * sum(array.nbytes for array in arrays) + SPAN_SLACK[1]:
             return None
-        parts = [
-            (start - first, start - first + array.nbytes, torch.from_numpy(array[:0]).dtype, array.shape)
-            for start, array in zip(starts, arrays)
-        ]
+        parts = []  # (start, stop, dtype or None for uint8, shape or None for one dimension): no view for nothing
+        for start, array in zip(starts, arrays):
+            dtype = torch.from_numpy(array[:0]).dtype
+            shape = array.shape if array.ndim != 1 else None
+            parts.append((start - first, start - first + array.nbytes, None if dtype == torch.uint8 else dtype, shape))
         return cls(list(arrays), torch.from_numpy(whole[first:last]), parts)
 
 
@@ -199,7 +200,13 @@ class CudaCopies:
             event = cuda.fence(self.fences.spare())
         self.fences.add(event, slice(None))
         cuda.hand_over([buffer], event)
-        return [buffer[start:stop].view(dtype).view(shape) for start, stop, dtype, shape in span.parts]
+        out = []
+        for start, stop, dtype, shape in span.parts:
+            view = buffer[start:stop]
+            if dtype is not None:
+                view = view.view(dtype)
+            out.append(view if shape is None else view.view(shape))
+        return out
 
     def _copy_rows(self, array: np.ndarray, rows: Any) -> Any:
         source = self._host_tensor(array)
