@@ -6,7 +6,6 @@ turns a batch of rows into Gymnasium's return values.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,6 @@ from shmvec.adapters import gym_resets
 from shmvec.adapters.gym_infos import add_record_infos
 from shmvec.engine.validation import seconds
 from shmvec.errors import InvalidActionError, NoPendingCallError, ResetNeededError
-from shmvec.ipc import layout as lay
 
 
 class _BatchInfos:
@@ -59,6 +57,7 @@ class AsyncBatches:
         if options is not None and "reset_mask" in options:  # only those envs, as reset() does
             options = dict(options)
             targets = np.flatnonzero(gym_resets.checked_mask(options.pop("reset_mask"), self.num_envs)).tolist()
+        self._before_write(targets)
         self._pool.send_reset({i: {"seed": seeds[i], "options": options} for i in targets})
         self._needs_reset[targets] = False
 
@@ -72,7 +71,7 @@ class AsyncBatches:
         """
         self._check_open()
         env_ids = self._send_targets(env_ids)
-        columns = self._actions.batch_columns(actions, env_ids)
+        columns = self._actions.batch_columns(self._host_actions(actions), env_ids)
         if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset[env_ids].any():
             raise ResetNeededError(
                 f"autoreset_mode is DISABLED and the episodes of envs {env_ids[self._needs_reset[env_ids]].tolist()} "
@@ -82,6 +81,7 @@ class AsyncBatches:
         write = self._pool.actions.write
         for path, part, column in columns:
             write(path, part, column, env_ids)
+        self._before_write(env_ids)
         self._pool.send(env_ids)
 
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -101,7 +101,7 @@ class AsyncBatches:
         rows = ((n, records[i]) for n, i in enumerate(env_ids.tolist()) if i in records)
         infos = add_record_infos({}, _BatchInfos(len(env_ids))._add_info, rows)
         infos["env_id"] = env_ids
-        return self._batch_observations(env_ids), pool.rewards[env_ids], terminated, truncated, infos
+        return (*self._batch_results(env_ids, terminated, truncated), infos)
 
     def _send_targets(self, env_ids: Any) -> np.ndarray:
         if env_ids is None:
@@ -116,14 +116,6 @@ class AsyncBatches:
         if ids.size and not (0 <= ids.min() and ids.max() < self.num_envs):
             raise IndexError(f"env_ids must be in [0, {self.num_envs}), got {ids.tolist()}")
         return ids.astype(np.int64)
-
-    def _batch_observations(self, env_ids: np.ndarray) -> Any:
-        if self._flat_obs is not None:
-            return self._flat_obs[env_ids]
-        leaves: dict[tuple, Any] = {path: view[env_ids] for path, view in self._obs_leaves.items()}
-        for path, column in self._pool.pickled_obs.items():  # no fixed size: a tuple, as `concatenate` makes
-            leaves[path] = copy.deepcopy(tuple(column[i] for i in env_ids.tolist()))
-        return lay.unflatten(self.single_observation_space, leaves)
 
 
 def checked_batch_size(batch_size: Any, num_envs: int | None) -> int | None:

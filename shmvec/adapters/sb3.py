@@ -16,6 +16,7 @@ from shmvec.engine import ops
 from shmvec.engine.interface import Engine
 from shmvec.engine.validation import checked_column, split_actions
 from shmvec.ipc import layout as lay
+from shmvec.ipc import pinning
 from shmvec.options import PoolOptions, options_doc
 
 try:
@@ -65,6 +66,12 @@ class ShmPoolVecEnv(VecEnv):
             read ``_last_obs`` after the next step returns, and copy what they keep into
             their buffers). Copy what you keep longer. Infos (``terminal_observation``
             included) are always your own objects.
+        pin_memory: page-lock the shared arena for CUDA (once, in this process, after the
+            workers attached it; undone at :meth:`close`), so that a copy of an observation
+            view to the GPU is one DMA with no bounce buffer: with ``copy=False``, SB3's
+            ``obs_as_tensor`` then copies straight from shared memory. ``None`` (default):
+            when torch is already imported and sees a CUDA device. ``False``: never. If
+            registration fails, one ``RuntimeWarning`` and everything works as without it.
         **pool_options: how the envs run, shared with every shmvec adapter
             (:class:`~shmvec.options.PoolOptions`): timeout, worker_threads, max_spin,
             main_shard, on_worker_failure, max_restarts, as below. In restart mode the envs
@@ -90,6 +97,7 @@ class ShmPoolVecEnv(VecEnv):
         start_method: str | None = None,
         *,
         copy: bool = True,
+        pin_memory: bool | None = None,
         **pool_options: Any,
     ):
         options = PoolOptions.from_kwargs(
@@ -116,6 +124,8 @@ class ShmPoolVecEnv(VecEnv):
             ]
             self._flat_action = self._pool.action_leaves.get(())
             super().__init__(len(env_fns), observation_space, action_space)
+            if pin_memory or (pin_memory is None and pinning.cuda_host.cuda_in_use()):
+                self._pool.page_lock()
         except BaseException:
             self._pool.close()
             raise

@@ -11,7 +11,6 @@ Gymnasium's own). With the same seeds and actions it returns exactly what
 
 from __future__ import annotations
 
-import copy as copy_module
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +26,8 @@ from shmvec.adapters.async_batches import AsyncBatches, checked_batch_size
 from shmvec.adapters.env_calls import EnvCalls
 from shmvec.adapters.gym_actions import GymActions
 from shmvec.adapters.gym_infos import add_step_infos
+from shmvec.adapters.gym_results import GymResults
+from shmvec.adapters.torch_device import DeviceHandoff
 from shmvec.backends import make_pool
 from shmvec.engine.interface import Engine
 from shmvec.errors import (
@@ -35,14 +36,13 @@ from shmvec.errors import (
     StepTimeoutError,
     WorkerDiedError,
 )
-from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import Reset
 from shmvec.options import PoolOptions, options_doc
 
 __all__ = ["ShmVectorEnv"]
 
 
-class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
+class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
     """A drop-in replacement for Gymnasium's ``AsyncVectorEnv``/``SyncVectorEnv`` over shared memory.
 
     ``len(env_fns)`` envs run in ``n_workers`` processes (contiguous shards, sizes differing
@@ -69,6 +69,14 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
             into shared memory*: no copy is made, but their contents are overwritten by
             the next :meth:`step` or :meth:`reset` (the same contract as
             ``SyncVectorEnv(copy=False)``); copy what you keep, e.g. in a replay buffer.
+        device: ``None`` (default): numpy results. A torch device (``"cpu"``, ``"cuda"``,
+            ``"cuda:1"``, a ``torch.device``): :meth:`reset`, :meth:`step` and :meth:`recv`
+            return observations (every fixed-size leaf), rewards, terminations and
+            truncations as torch tensors on it, in the space's dtype (uint8 frames stay
+            uint8), each the caller's (on ``"cpu"`` with ``copy=False``, observations are
+            views as above); infos stay numpy. Actions may then be tensors on any device.
+            On CUDA the shared arena is page-locked and copied from without blocking
+            (:mod:`shmvec.adapters.torch_device`).
         autoreset_mode: ``AutoresetMode`` (or its string value) applied when an episode
             ends: ``NEXT_STEP`` (default), ``SAME_STEP`` (the final observation and info
             are in ``infos["final_obs"]``/``infos["final_info"]``) or ``DISABLED`` (reset
@@ -122,6 +130,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         observation_mode: str | tuple[Space, Space] = "same",
         batch_size: int | None = None,
+        device: Any = None,
         **pool_options: Any,
     ):
         super().__init__()
@@ -133,6 +142,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
         obs_space_match = gym_spaces.obs_space_match(observation_mode)
         options = PoolOptions.from_kwargs(type(self).__name__, n_workers=n_workers, **pool_options)
         self.batch_size = checked_batch_size(batch_size, len(env_fns) if isinstance(env_fns, Sequence) else None)
+        self._device = None if device is None else DeviceHandoff(device, self.copy)  # checked before any worker starts
         try:
             self._pool: Engine = make_pool(
                 env_fns,
@@ -171,6 +181,8 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
             # DISABLED mode: envs whose episode ended and that were not reset since.
             self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
             self._reset_mask: np.ndarray | None = None  # the pending reset's, between reset_async and reset_wait
+            if self._device is not None:
+                self._device.start(pool)  # on CUDA, page-locks the arena: after the workers attached it
         except BaseException:
             pool.close()
             raise
@@ -226,6 +238,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
             options = dict(options)
             mask = gym_resets.checked_mask(options.pop("reset_mask"), self.num_envs)
         targets = range(self.num_envs) if mask is None else np.flatnonzero(mask).tolist()
+        self._before_write(None if mask is None else targets)
         self._pool.call_async(Reset({i: {"seed": seeds[i], "options": options} for i in targets}))
         self._reset_mask = mask
         self._state = AsyncState.WAITING_RESET
@@ -295,6 +308,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
         self._check_open()
         self._check_idle("step_async")
         self._check_full_batches("step")
+        actions = self._host_actions(actions)
         columns = self._actions.columns(actions)
         pickled = self._actions.pickled(actions)
         self._pool.ensure_can_step()
@@ -306,6 +320,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
         write = self._pool.actions.write
         for path, part, column in columns:
             write(path, part, column)
+        self._before_write()
         self._pool.step_async(pickled or None)
         self._state = AsyncState.WAITING_STEP
 
@@ -331,22 +346,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
             self._needs_reset = terminated | truncated
         # records are sorted by env index, as SyncVectorEnv adds them; the rows' infos come as columns
         infos = add_step_infos({}, self._add_info, self.num_envs, records, pool.info_groups)
-        return self._observations(), pool.rewards.copy(), terminated, truncated, infos
-
-    def _observations(self) -> Any:
-        flat = self._flat_obs
-        if flat is not None:
-            return flat.copy() if self.copy else flat
-        if self.copy:
-            leaves = {path: view.copy() for path, view in self._obs_leaves.items()}
-        else:
-            leaves = self._obs_leaves
-        pickled = self._pool.pickled_obs
-        if pickled:  # leaves with no fixed size: a tuple of one value per env, as `concatenate` makes
-            leaves = {**leaves, **{path: tuple(column) for path, column in pickled.items()}}
-            if self.copy:  # the pool keeps these objects for the envs that a masked reset leaves alone
-                leaves.update(copy_module.deepcopy({path: leaves[path] for path in pickled}))
-        return lay.unflatten(self.single_observation_space, leaves)
+        return (*self._step_results(terminated, truncated), infos)
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -374,6 +374,8 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, VectorEnv):
             terminate = True  # stuck or dead workers cannot close their envs
         finally:
             self._state = AsyncState.DEFAULT
+            if self._device is not None:
+                self._device.close()  # no copy may still read the arena when it is unregistered
             pool.close(terminate=terminate)
 
     def __repr__(self) -> str:

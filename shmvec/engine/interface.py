@@ -96,6 +96,11 @@ class Engine(Protocol):
     def recv(self, batch_size: int, timeout: float | None = None) -> tuple[np.ndarray, dict[int, StepInfo]]:
         """The first ``batch_size`` envs to finish (their ids, oldest first) and their records."""
 
+    def page_lock(self, device: int | None = None) -> bool:
+        """Page-lock the observation rows for CUDA copies from them (main process, once, after the
+        workers attached; undone at :meth:`close`); whether they are. ``device``: the CUDA device to
+        register with. A failure warns once and returns False."""
+
     def description(self) -> str:
         """How the envs run, for the adapters' ``repr``."""
 
@@ -145,6 +150,9 @@ class EngineBase(ObsBuffers, Breakable):
 
     def recv(self, batch_size: int, timeout: float | None = None) -> tuple[np.ndarray, dict[int, StepInfo]]:
         return self.batches.recv(batch_size, timeout)
+
+    def page_lock(self, device: int | None = None) -> bool:
+        return False  # rows not in one arena of this process (Ray's driver): copies come from pageable memory
 
     def description(self) -> str:
         return f"n_workers={self.n_workers}"

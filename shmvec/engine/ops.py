@@ -106,6 +106,14 @@ class SetWrapperAttr:
         env.set_wrapper_attr(self.name, self.value)
 
 
+@dataclass(frozen=True)
+class Nothing:
+    """Does nothing: its answer proves the worker is serving commands (it has attached the arena)."""
+
+    def __call__(self, env: gym.Env) -> None:
+        return None
+
+
 def patch_legacy_env(env: Any) -> gym.Env:
     """SB3's ``_patch_env`` (old ``gym`` envs -> Gymnasium via shimmy), imported only when needed.
 

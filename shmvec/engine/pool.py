@@ -356,6 +356,10 @@ class ShmPool(WorkerWaits, EngineBase):
         """The shard (worker index; ``n_workers`` for the main shard) that runs env ``i``."""
         return _shard_of(self._shard_starts, i)
 
+    def page_lock(self, device: int | None = None) -> bool:
+        """Page-lock the arena for CUDA copies once every worker attached it (``PoolResources.page_lock``)."""
+        return self._res.page_lock(self.run, self.shards[: self.n_workers], device)
+
     # -- the end -------------------------------------------------------------------
 
     def close(self, terminate: bool = False) -> None:

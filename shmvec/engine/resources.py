@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from shmvec.engine import ops
 from shmvec.engine.caller_threads import CallerThreads
+from shmvec.ipc import pinning
 from shmvec.ipc.arena import OwnedArena
 from shmvec.ipc.leftovers import reclaim
 from shmvec.ipc.signals import Signal
@@ -37,6 +40,21 @@ class PoolResources:
         self.graceful = True  # False: workers are stuck, terminate them at once
         self.owner_pid = os.getpid()
         self.caller: CallerThreads | None = None  # what the pool changed of the caller's threads, to undo
+        self.pinned: pinning.PinnedMemory | None = None  # the arena, page-locked for CUDA copies
+        self.pin_tried = False
+
+    def page_lock(self, run: Callable[[dict], Any], shards: list[tuple[int, int]], device: int | None) -> bool:
+        """Page-lock the arena for CUDA copies (:mod:`shmvec.ipc.pinning`), once; whether it is.
+
+        First ``run`` (the pool's rare call) sends every worker (its ``shards``) an operation
+        that does nothing: its answer proves the worker attached the arena, so registration
+        comes after every worker mapped it. A failed registration warns once and stays failed.
+        """
+        if not self.pin_tried:
+            self.pin_tried = True
+            run({start: ops.Nothing() for start, _ in shards})
+            self.pinned = pinning.pin(self.arena.buf, "the shared observation arena", device)
+        return self.pinned is not None
 
     def shutdown(self) -> None:
         """Stop the workers, then release everything. Idempotent; resumes if it was interrupted."""
@@ -62,6 +80,9 @@ class PoolResources:
             except Exception:
                 pass  # closing must go on; the env is going away anyway
         self.main_envs = []
+        if self.pinned is not None:  # before the arena goes: CUDA must not keep pages it may unmap
+            self.pinned.release()
+            self.pinned = None
         if self.arena is not None:
             self.arena.close()
         if self.caller is not None:

@@ -148,6 +148,21 @@ def test_gymnasium_adapter_equals_sync_vector_env(closing):
     assert ends > 0
 
 
+def test_device_tensors_from_the_driver_rows(closing):
+    torch = pytest.importorskip("torch")
+    from tests.torch_results import AsNumpy
+
+    shm = closing(track(ShmVectorEnv([cartpole] * N, device="cpu", **RAY)))
+    assert shm._pool.page_lock() is False  # the driver's rows are plain arrays: nothing to page-lock
+    ref = closing(gym.vector.SyncVectorEnv([cartpole] * N))
+    seen = AsNumpy(shm, device=torch.device("cpu"))
+    assert_same(seen.reset(seed=3), ref.reset(seed=3), "reset")
+    ref.action_space.seed(3)
+    for step in range(60):
+        actions = ref.action_space.sample()
+        assert_same(seen.step(actions), ref.step(actions), f"step {step}")
+
+
 def test_actions_reach_the_envs_as_the_caller_gave_them(closing):
     """The driver ships each node its action rows with the dtype each caller gave: float64,
     float16, Python lists, a different type per env, in a step and in send/recv batches."""

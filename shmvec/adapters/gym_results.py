@@ -1,0 +1,82 @@
+"""What :class:`~shmvec.ShmVectorEnv` hands back from the shared rows: numpy arrays, or tensors on a device.
+
+Without ``device`` the results are what ``SyncVectorEnv`` returns: observations in the
+structure Gymnasium's ``concatenate`` builds (copies, or views of the shared rows with
+``copy=False``), ``float64`` rewards and ``bool`` flags, all copies. With ``device`` the same
+values come as torch tensors on it (:mod:`shmvec.adapters.torch_device`).
+"""
+
+from __future__ import annotations
+
+import copy as copy_module
+from typing import Any
+
+import numpy as np
+from gymnasium import Space
+
+from shmvec.adapters.torch_device import DeviceHandoff
+from shmvec.engine.interface import Engine
+from shmvec.ipc import layout as lay
+
+
+class GymResults:
+    """Mixin of ShmVectorEnv: its results after a reset, a step or a ``recv``, and the device's hooks."""
+
+    copy: bool
+    single_observation_space: Space
+    _pool: Engine
+    _obs_leaves: dict[tuple, np.ndarray]
+    _flat_obs: np.ndarray | None
+    _device: DeviceHandoff | None = None
+
+    def _host_actions(self, actions: Any) -> Any:
+        """The caller's actions, with torch tensors as numpy arrays when a device is set."""
+        return actions if self._device is None else self._device.host_actions(actions)
+
+    def _before_write(self, env_ids: Any = None) -> None:
+        """Before a command lets the workers rewrite rows ``env_ids`` (None: all): copies still reading them end."""
+        if self._device is not None:
+            self._device.before_write(env_ids)
+
+    def _on_device(self, env_ids: np.ndarray | None = None, scalars: bool = True) -> tuple[Any, ...]:
+        pool = self._pool
+        rows = (pool.rewards, pool.terminated, pool.truncated) if scalars else ()
+        return self._device.results(self.single_observation_space, pool.obs_leaves, pool.pickled_obs, rows, env_ids)
+
+    def _observations(self) -> Any:
+        """Every env's observation, after a reset or a step."""
+        if self._device is not None:
+            return self._on_device(scalars=False)[0]
+        flat = self._flat_obs
+        if flat is not None:
+            return flat.copy() if self.copy else flat
+        if self.copy:
+            leaves = {path: view.copy() for path, view in self._obs_leaves.items()}
+        else:
+            leaves = self._obs_leaves
+        pickled = self._pool.pickled_obs
+        if pickled:  # leaves with no fixed size: a tuple of one value per env, as `concatenate` makes
+            leaves = {**leaves, **{path: tuple(column) for path, column in pickled.items()}}
+            if self.copy:  # the pool keeps these objects for the envs that a masked reset leaves alone
+                leaves.update(copy_module.deepcopy({path: leaves[path] for path in pickled}))
+        return lay.unflatten(self.single_observation_space, leaves)
+
+    def _step_results(self, terminated: np.ndarray, truncated: np.ndarray) -> tuple[Any, Any, Any, Any]:
+        """``(obs, rewards, terminations, truncations)`` of a step; ``terminated``/``truncated``: copies of the rows."""
+        if self._device is not None:
+            return self._on_device()
+        return self._observations(), self._pool.rewards.copy(), terminated, truncated
+
+    def _batch_results(self, env_ids: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> tuple:
+        """``(obs, rewards, terminations, truncations)`` of the rows ``env_ids`` of an async batch."""
+        if self._device is not None:
+            return self._on_device(env_ids)
+        return self._batch_observations(env_ids), self._pool.rewards[env_ids], terminated, truncated
+
+    def _batch_observations(self, env_ids: np.ndarray) -> Any:
+        if self._flat_obs is not None:
+            return self._flat_obs[env_ids]
+        leaves: dict[tuple, Any] = {path: view[env_ids] for path, view in self._obs_leaves.items()}
+        for path, column in self._pool.pickled_obs.items():  # no fixed size: a tuple, as `concatenate` makes
+            leaves[path] = copy_module.deepcopy(tuple(column[i] for i in env_ids.tolist()))
+        return lay.unflatten(self.single_observation_space, leaves)

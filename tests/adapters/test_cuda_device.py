@@ -1,0 +1,97 @@
+"""``device="cuda"`` on a real GPU (skipped where torch sees none): values, page-locking and kept tensors.
+
+The same checks as ``test_vector_device.py`` with real streams, events and page-locked
+memory; ``test_cuda_steps.py`` checks the CUDA steps' logic everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+from shmvec import ShmPoolVecEnv, ShmVectorEnv  # noqa: E402
+from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence  # noqa: E402
+from tests.adapters.test_vector_device import make_pair  # noqa: E402
+from tests.helpers import assert_same  # noqa: E402
+from tests.torch_results import AsNumpy, as_numpy, to_tensors  # noqa: E402
+
+MIXED = ENV_FACTORIES["MixedDict"]
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.name)
+def test_cuda_tensors_match_sync_vector_env(mode, closing):
+    shm, ref = make_pair(MIXED, closing, mode=mode, device="cuda")
+    assert shm._device.pinned and shm._device.device == torch.device("cuda", torch.cuda.current_device())
+    counts = run_equivalence(AsNumpy(shm), ref, 150, seed=3)
+    assert counts["terminated"] + counts["truncated"] > 0
+
+
+def test_the_arena_is_page_locked_until_close():
+    env = ShmVectorEnv([MIXED] * 4, 2, device="cuda", start_method="fork")
+    try:
+        view = env._pool.obs_leaves[("image",)]
+        assert torch.from_numpy(view).is_pinned()
+        env.reset(seed=0)
+    finally:
+        env.close()
+    assert not torch.from_numpy(view).is_pinned()
+
+
+def test_cuda_tensors_are_the_callers_and_actions_may_be_cuda_tensors(closing):
+    env = closing(ShmVectorEnv([MIXED] * 4, 2, device="cuda", start_method="fork"))
+    obs, _ = env.reset(seed=0)
+    kept = [obs]
+    for _ in range(20):
+        actions = torch.as_tensor(env.action_space.sample(), device="cuda")
+        obs, rewards, terminated, truncated, _ = env.step(actions)
+        kept.append((obs, rewards, terminated, truncated))
+    snapshots = [_to_cpu(value) for value in kept]
+    for _ in range(20):
+        env.step(torch.as_tensor(env.action_space.sample(), device="cuda"))
+    torch.cuda.synchronize()
+    for value, snapshot in zip(kept, snapshots):
+        assert_same(_to_cpu(value), snapshot)
+
+
+def test_async_batches_on_cuda_match_numpy_batches(closing):
+    """One worker: the same batches in both runs, contiguous ones and gathered ones."""
+    runs = []
+    for device in (None, "cuda"):
+        env = closing(ShmVectorEnv([MIXED] * 6, 1, batch_size=4, start_method="fork", device=device))
+        env.async_reset(seed=5)
+        env.single_action_space.seed(5)
+        batches = []
+        for _ in range(60):
+            obs, rewards, terminated, truncated, infos = env.recv()
+            if device is not None:
+                from gymnasium.vector.utils import batch_space
+
+                space = batch_space(env.single_observation_space, len(infos["env_id"]))
+                obs = as_numpy(obs, space, env._device.device)
+                rewards, terminated, truncated = (t.cpu().numpy() for t in (rewards, terminated, truncated))
+            batches.append((obs, rewards, terminated, truncated, infos))
+            actions = np.stack([env.single_action_space.sample() for _ in infos["env_id"]])
+            env.send(actions if device is None else to_tensors(actions))
+        runs.append(batches)
+    for t, (got, want) in enumerate(zip(runs[1], runs[0])):
+        assert_same(got, want, f"batch {t}")
+
+
+def test_sb3_page_locks_the_arena_when_torch_sees_cuda(closing):
+    env = closing(ShmPoolVecEnv([ENV_FACTORIES["CartPole"]] * 4, 2, copy=False))
+    obs = env.reset()
+    assert torch.from_numpy(obs).is_pinned()  # SB3's obs_as_tensor copies it with one DMA
+    off = closing(ShmPoolVecEnv([ENV_FACTORIES["CartPole"]] * 4, 2, copy=False, pin_memory=False))
+    assert not torch.from_numpy(off.reset()).is_pinned()
+
+
+def _to_cpu(value):
+    if isinstance(value, dict):
+        return {key: _to_cpu(part) for key, part in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_cpu(part) for part in value)
+    return value.cpu().numpy() if isinstance(value, torch.Tensor) else value
