@@ -52,7 +52,6 @@ transition: :meth:`ShmPool._break`), unless restarts are on and budget is left.
 from __future__ import annotations
 
 import bisect
-import copy
 import functools
 import math
 import operator
@@ -76,7 +75,15 @@ from shmvec.engine.plan import describe_plan, plan_pool, usable_cores
 from shmvec.engine.rare_calls import Requests
 from shmvec.engine.resources import PoolResources, finalize_unclosed
 from shmvec.engine.restart import Rebuild, Restarter
-from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs, with_shm_finals
+from shmvec.engine.shard import (
+    EnvFailed,
+    Shard,
+    build_envs,
+    copied_record,
+    describe_envs,
+    merged_records,
+    with_shm_finals,
+)
 from shmvec.engine.step_tree import StepTree
 from shmvec.engine.validation import check_env_fns, check_same_spaces
 from shmvec.engine.worker_waits import WorkerWaits
@@ -84,7 +91,7 @@ from shmvec.ipc import layout as lay
 from shmvec.ipc import pickled
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.arena import OwnedArena
-from shmvec.ipc.info_rows import InfoReader, InfoWriter, fast_copy
+from shmvec.ipc.info_rows import InfoReader, InfoWriter
 from shmvec.ipc.protocol import Attach, Command, Hello, NextWait, Reset, RunOps, StepInfo
 from shmvec.ipc.signals import MAX_SPIN, Signal
 from shmvec.options import PoolOptions
@@ -304,7 +311,7 @@ class ShmPool(WorkerWaits, EngineBase):
         for link in dead or ():
             replies[link.index] = self.restarter.restart_in_step(link)
         if main_infos:  # the envs' own objects; worker infos arrive as copies
-            main_infos = [_copied(record) for record in main_infos]
+            main_infos = [copied_record(record) for record in main_infos]
         records = self.pickled.keep_obs(
             [r for reply in replies for r in reply] + main_infos if any(replies) else main_infos
         )
@@ -313,7 +320,7 @@ class ShmPool(WorkerWaits, EngineBase):
             if self.info_columns:
                 self.info_groups = self.info_reader.groups()
             else:
-                records = _merged(records, [StepInfo(i, info) for i, info in self.info_reader.infos()])
+                records = merged_records(records, [StepInfo(i, info) for i, info in self.info_reader.infos()])
         flags = self._final_flag
         if flags is not None and _count_nonzero(flags):  # one count (~0.3 µs) while no episode ends
             ended = (flags & (self.terminated | self.truncated)).nonzero()[0]  # not one a failed step left behind
@@ -387,17 +394,3 @@ class ShmPool(WorkerWaits, EngineBase):
 def _shard_of(starts: list[int], i: int) -> int:
     """The shard of env ``i``, given where each shard starts."""
     return bisect.bisect_right(starts, i) - 1
-
-
-def _copied(record: StepInfo) -> StepInfo:
-    """``record`` with nothing the env may change later (most are a plain info: copied cheaply)."""
-    if record.final_obs is None and record.final_info is None and record.pickled_obs is None:
-        return record._replace(info=fast_copy(record.info))
-    return copy.deepcopy(record)
-
-
-def _merged(records: list[StepInfo], more: list[StepInfo]) -> list[StepInfo]:
-    """Two lists of records in env order, as one in env order (adapters add infos in that order)."""
-    if not records:
-        return more
-    return sorted(records + more, key=operator.attrgetter("env_index"))

@@ -12,6 +12,7 @@ are kept per command in :attr:`Shard.pickled_out` and go back with the reply (a
 
 from __future__ import annotations
 
+import copy
 import operator
 import pickle
 from typing import Any
@@ -22,7 +23,7 @@ from gymnasium.vector import AutoresetMode
 
 from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import ActionRows
-from shmvec.ipc.info_rows import INFO_CODE, InfoWriter
+from shmvec.ipc.info_rows import INFO_CODE, InfoWriter, fast_copy
 from shmvec.ipc.protocol import Hello, PickledActions, Reset, ResetResult, RunOps, StepInfo
 
 
@@ -379,3 +380,17 @@ def _close_quietly(env: gym.Env) -> None:
         env.close()
     except Exception:
         pass
+
+
+def copied_record(record: StepInfo) -> StepInfo:
+    """``record`` with nothing the env may change later (most are a plain info: copied cheaply)."""
+    if record.final_obs is None and record.final_info is None and record.pickled_obs is None:
+        return record._replace(info=fast_copy(record.info))
+    return copy.deepcopy(record)
+
+
+def merged_records(records: list[StepInfo], more: list[StepInfo]) -> list[StepInfo]:
+    """Two lists of records in env order, as one in env order (adapters add infos in that order)."""
+    if not records:
+        return more
+    return sorted(records + more, key=operator.attrgetter("env_index"))
