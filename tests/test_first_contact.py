@@ -238,3 +238,28 @@ if __name__ == "__main__":
 def test_a_registry_entry_that_cannot_be_pickled_stays_behind_and_the_rest_starts(tmp_path):
     result = run_script(UNPICKLABLE_REGISTRATION, tmp_path)
     assert "started (2, 4)" in result.stdout
+
+
+PLUGIN_SCRIPT = """\
+import ale_py
+import gymnasium as gym
+import numpy as np
+
+import shmvec
+
+gym.register_envs(ale_py)  # ale_py registers its ids again when a worker's env_fn imports it
+
+if __name__ == "__main__":
+    envs = shmvec.ShmVectorEnv([lambda: gym.make("ALE/Pong-v5")] * 2, n_workers=2)
+    envs.reset(seed=0)
+    envs.step(np.zeros(2, dtype=np.int64))
+    envs.close()
+    print("stepped")
+"""
+
+
+def test_a_plugin_registering_its_ids_again_in_a_worker_warns_nothing(tmp_path):
+    pytest.importorskip("ale_py")
+    result = run_script(PLUGIN_SCRIPT, tmp_path)
+    assert "stepped" in result.stdout
+    assert "Overriding environment" not in result.stderr, result.stderr[:2000]

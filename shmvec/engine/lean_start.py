@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
+import warnings
 from multiprocessing import spawn
 from typing import Any
 
@@ -94,9 +95,15 @@ def _pickles(obj: Any) -> bool:
 
 
 def register_missing(specs: dict[str, gym.envs.registration.EnvSpec]) -> None:
-    """Enter the ``specs`` this process's registry lacks (a worker's; ids it has are kept)."""
+    """Enter the ``specs`` this process's registry lacks (a worker's; ids it has are kept).
+
+    A plugin whose module an env_fn imports later (ale_py, at ``gym.make("ALE/...")``)
+    registers its ids again over these copies of the parent's own entries: Gymnasium would
+    warn once per id (~700 lines per worker for ale_py), so workers do not show that warning.
+    """
     for env_id, spec in specs.items():
         gym.registry.setdefault(env_id, spec)
+    warnings.filterwarnings("ignore", message=".*Overriding environment .* already in registry", category=UserWarning)
 
 
 def _main_attribute(entry_point: str) -> Any:
