@@ -56,7 +56,7 @@ def children_of(n_workers: int, fanout: int = FANOUT) -> list[list[int]]:
 
 
 class StepTree:
-    """The main process's side: writes every worker's STEP word, posts the roots."""
+    """The main process's side: writes every worker's STEP word, posts the roots, takes the answers."""
 
     def __init__(self, links: list[WorkerLink], ctrl, fanout: int = FANOUT):
         self.links = links
@@ -84,7 +84,7 @@ class StepTree:
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
         try:
             ctrl[:, lay.CTRL_NEXT_WAIT] = next_wait  # before the post: the worker reads it after the step
-            ctrl[:, lay.CTRL_POST] = [
+            ctrl[:, lay.CTRL_POST] = [  # protocol.post_word(seq + 1, sent, STEP), inlined: one list, one store
                 ((link.seq + 1) % SEQ_SPAN) << SEQ_SHIFT | (link.sent % SENT_SPAN) << SENT_SHIFT | _STEP
                 for link in links
             ]
