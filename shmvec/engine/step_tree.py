@@ -97,9 +97,15 @@ class StepTree:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def collect(self, collect: Callable[..., list], timeout: float | None) -> list:
-        """The replies of the step (by the pool's ``collect``): the last-posted worker's first; by
-        then most others are done, and their answers are taken in one pass."""
-        return collect(self.links[-1:], timeout) + collect(self.take_answers(), timeout)
+        """The replies of the step, by worker (by the pool's ``collect``): the last-posted worker's
+        first; by then most others are done, and their answers are taken in one pass. Replies
+        stay in worker order, so records stay in env order (infos' key order depends on it)."""
+        replies: list = [[]] * len(self.links)
+        (replies[-1],) = collect(self.links[-1:], timeout)
+        owing = self.take_answers()
+        for link, reply in zip(owing, collect(owing, timeout)):
+            replies[link.index] = reply
+        return replies
 
     def take_answers(self) -> list[WorkerLink]:
         """Take the ``done`` of every worker but the last already posted for the step; return

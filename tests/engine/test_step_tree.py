@@ -119,3 +119,35 @@ def test_close_with_a_step_a_parent_never_forwarded_is_quick(closing):
     env.close()
     assert time.monotonic() - start < 2.0  # close() terminates workers still there after 3 s
     assert all(gone(pid) for pid in children)
+
+
+class EndsAt(gym.Env):
+    """Returns an info each step and ends its episode at step ``end``."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float64)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, end: int):
+        self.end = end
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2), {"start": float(self.end)}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(2, self.t / 10), 1.0, self.t == self.end, False, {"t": self.t}
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_episode_ends_in_the_last_worker_and_others_keep_syncvectorenvs_info_order(closing, mode):
+    """Records come back in env order whichever worker answered first (the last-posted is waited for first)."""
+    fns = [functools.partial(EndsAt, 3 if i in (0, K - 1) else 5) for i in range(K)]
+    shm = closing(ShmVectorEnv(fns, K, autoreset_mode=mode, max_spin=0.0))
+    assert shm._pool._step_tree is not None
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    assert_same(shm.reset(seed=0), ref.reset(seed=0))
+    for _ in range(8):
+        actions = np.zeros(K, np.int64)
+        assert_same(shm.step(actions), ref.step(actions))
