@@ -85,3 +85,18 @@ class AsNumpy:
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         self.env.send(to_tensors(actions) if self.torch_actions else actions, env_ids)
+
+
+def async_batches(env: Any, rounds: int = 60, seed: int = 5, device: torch.device | None = None) -> list[tuple]:
+    """``rounds`` batches of ``recv`` after ``async_reset(seed=seed)``, each as numpy (a ``device=`` env's
+    tensors checked and copied back), each followed by a ``send`` of random actions (tensors to a
+    ``device=`` env). ``device``: where its tensors must be (default: the env's)."""
+    view = env if env._device is None else AsNumpy(env, device=device)
+    env.async_reset(seed=seed)
+    env.single_action_space.seed(seed)
+    batches = []
+    for _ in range(rounds):
+        batch = view.recv()
+        batches.append(batch)
+        view.send(np.stack([env.single_action_space.sample() for _ in batch[-1]["env_id"]]))
+    return batches

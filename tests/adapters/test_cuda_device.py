@@ -6,7 +6,6 @@ memory; ``test_cuda_steps.py`` checks the CUDA steps' logic everywhere.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
@@ -17,7 +16,7 @@ from shmvec import ShmPoolVecEnv, ShmVectorEnv  # noqa: E402
 from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence  # noqa: E402
 from tests.adapters.test_vector_device import make_pair  # noqa: E402
 from tests.helpers import assert_same  # noqa: E402
-from tests.torch_results import AsNumpy, as_numpy, to_tensors  # noqa: E402
+from tests.torch_results import AsNumpy, async_batches  # noqa: E402
 
 MIXED = ENV_FACTORIES["MixedDict"]
 
@@ -59,24 +58,10 @@ def test_cuda_tensors_are_the_callers_and_actions_may_be_cuda_tensors(closing):
 
 def test_async_batches_on_cuda_match_numpy_batches(closing):
     """One worker: the same batches in both runs, contiguous ones and gathered ones."""
-    runs = []
-    for device in (None, "cuda"):
-        env = closing(ShmVectorEnv([MIXED] * 6, 1, batch_size=4, start_method="fork", device=device))
-        env.async_reset(seed=5)
-        env.single_action_space.seed(5)
-        batches = []
-        for _ in range(60):
-            obs, rewards, terminated, truncated, infos = env.recv()
-            if device is not None:
-                from gymnasium.vector.utils import batch_space
-
-                space = batch_space(env.single_observation_space, len(infos["env_id"]))
-                obs = as_numpy(obs, space, env._device.device)
-                rewards, terminated, truncated = (t.cpu().numpy() for t in (rewards, terminated, truncated))
-            batches.append((obs, rewards, terminated, truncated, infos))
-            actions = np.stack([env.single_action_space.sample() for _ in infos["env_id"]])
-            env.send(actions if device is None else to_tensors(actions))
-        runs.append(batches)
+    runs = [
+        async_batches(closing(ShmVectorEnv([MIXED] * 6, 1, batch_size=4, start_method="fork", device=device)))
+        for device in (None, "cuda")
+    ]
     for t, (got, want) in enumerate(zip(runs[1], runs[0])):
         assert_same(got, want, f"batch {t}")
 

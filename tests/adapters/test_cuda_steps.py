@@ -33,7 +33,7 @@ from shmvec.ipc import pinning  # noqa: E402
 from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence  # noqa: E402
 from tests.adapters.test_vector_device import make_pair  # noqa: E402
 from tests.helpers import SHM_DIR, assert_same, descendant_pids  # noqa: E402
-from tests.torch_results import AsNumpy, as_numpy, to_tensors  # noqa: E402
+from tests.torch_results import AsNumpy, async_batches  # noqa: E402
 
 CARTPOLE = ENV_FACTORIES["CartPole"]
 MIXED = ENV_FACTORIES["MixedDict"]
@@ -362,30 +362,12 @@ def test_async_batches_match_numpy_and_never_rewrite_rows_in_flight(n_workers, f
     for device in (None, "cuda"):
         env = closing(ShmVectorEnv([MIXED] * 6, n_workers, batch_size=4, start_method="fork", device=device))
         checker = WriteChecker(env, monkeypatch) if device else None
-        env.async_reset(seed=5)
-        env.single_action_space.seed(5)
-        batches = []
-        for _ in range(60):
-            obs, rewards, terminated, truncated, infos = env.recv()
-            if device is not None:
-                space = _batch_space(env, len(infos["env_id"]))
-                obs = as_numpy(obs, space, torch.device("cpu"))
-                rewards, terminated, truncated = (t.numpy() for t in (rewards, terminated, truncated))
-            batches.append((obs, rewards, terminated, truncated, infos))
-            actions = np.stack([env.single_action_space.sample() for _ in infos["env_id"]])
-            env.send(to_tensors(actions) if device else actions)
-        runs.append(batches)
+        runs.append(async_batches(env, device=torch.device("cpu")))  # the stand-ins copy to the CPU
     if n_workers == 1:  # only then are the batches the same in both runs
         for t, (got, want) in enumerate(zip(runs[1], runs[0])):
             assert_same(got, want, f"batch {t}")
         assert checker.reads  # contiguous batches were copied straight from the arena...
     assert checker.posts == 61  # the reset and every send
-
-
-def _batch_space(env, n):
-    from gymnasium.vector.utils import batch_space
-
-    return batch_space(env.single_observation_space, n)
 
 
 def test_copy_fences_wait_only_for_copies_of_the_rows_written():

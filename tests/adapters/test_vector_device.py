@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
@@ -24,7 +23,7 @@ from shmvec import ShmVectorEnv  # noqa: E402
 from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence  # noqa: E402
 from tests.envs import make_any_space, make_dict_action, make_image  # noqa: E402
 from tests.helpers import assert_same  # noqa: E402
-from tests.torch_results import AsNumpy, as_numpy, to_tensors  # noqa: E402
+from tests.torch_results import AsNumpy, async_batches, to_tensors  # noqa: E402
 
 CPU = torch.device("cpu")
 DEVICE_ENVS = {
@@ -91,23 +90,10 @@ def test_copy_false_gives_views_of_the_shared_rows_on_cpu(closing):
 def test_async_batches_give_tensors_equal_to_numpy_batches(closing):
     """One worker steps its envs in inbox order, so both runs see the same batches (env ids and rows)."""
     fn = ENV_FACTORIES["MixedDict"]
-    runs = []
-    for device in (None, "cpu"):
-        env = closing(ShmVectorEnv([fn] * 6, 1, batch_size=4, start_method="fork", device=device))
-        env.async_reset(seed=5)
-        env.single_action_space.seed(5)
-        batches = []
-        for _ in range(60):
-            obs, rewards, terminated, truncated, infos = env.recv()
-            if device is not None:
-                assert isinstance(obs["image"], torch.Tensor) and obs["image"].dtype == torch.uint8
-                space = gym.vector.utils.batch_space(env.single_observation_space, len(infos["env_id"]))
-                obs = as_numpy(obs, space, CPU)
-                rewards, terminated, truncated = (t.numpy() for t in (rewards, terminated, truncated))
-            batches.append((obs, rewards, terminated, truncated, infos))
-            actions = np.stack([env.single_action_space.sample() for _ in infos["env_id"]])
-            env.send(actions if device is None else torch.from_numpy(actions))
-        runs.append(batches)
+    runs = [  # async_batches checks every tensor (uint8 frames stay uint8) on its way back to numpy
+        async_batches(closing(ShmVectorEnv([fn] * 6, 1, batch_size=4, start_method="fork", device=device)))
+        for device in (None, "cpu")
+    ]
     ended = sum(int((b[2] | b[3]).sum()) for b in runs[0])
     assert ended > 0
     for t, (got, want) in enumerate(zip(runs[1], runs[0])):
