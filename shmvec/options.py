@@ -6,6 +6,7 @@ import dataclasses
 import multiprocessing as mp
 import numbers
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,8 +34,25 @@ class PoolOptions:
             main process, for native libraries that allow one instance per process) is
             guaranteed only by ``n_workers=num_envs`` with ``main_shard`` unset.
         start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default forkserver where
-            available (as SB3). Under forkserver and spawn a worker never imports the main
-            script (:mod:`~shmvec.engine.lean_start`); under fork it inherits a copy of the process.
+            available (as SB3). Under forkserver and spawn a worker does not import the main
+            script (:mod:`~shmvec.engine.lean_start`) unless ``import_main=True``; what the
+            script set up that can be carried without it (logging, warnings filters,
+            environment variables, the ``random``/``np.random`` states, Gymnasium's registry)
+            is applied in each worker (:mod:`~shmvec.engine.script_setup`). Under fork a
+            worker inherits a copy of the process.
+        worker_init: a picklable callable run with no arguments in every worker process,
+            after the script's set-up is applied and before the worker builds its envs: for
+            what a worker cannot take from the script without running it (a monkeypatch,
+            a library's import-time setting, torch's default dtype). Not run in the main
+            process (envs there see the script itself). With ``n_workers=None`` and
+            ``main_shard`` unset, a pool that has it (or ``import_main``) may mix envs in
+            the main process and in workers; one without it does so only where the script
+            has nothing workers would miss (:mod:`~shmvec.engine.script_check`).
+        import_main: workers import the main script (as ``__mp_main__``, skipping its
+            ``if __name__ == "__main__":`` block) before building their envs, as
+            ``SubprocVecEnv``'s do under forkserver and spawn: everything at the script's top
+            runs again in every worker (with torch imported there, ~150 MB and ~0.6 s each).
+            Needs a script file (not ``python -c`` or a notebook); no effect under fork.
         timeout: seconds to wait for any answer from the workers before raising
             :class:`~shmvec.errors.StepTimeoutError`; ``None`` waits as long as they live.
             Building the envs at start-up gets at least 30 s.
@@ -100,6 +118,8 @@ class PoolOptions:
     n_nodes: int | None = None
     omp_spin: Literal["auto", "short", "unchanged"] = "auto"
     torch_threads: Literal["auto", "unchanged"] | int = "auto"
+    worker_init: Callable[[], Any] | None = None
+    import_main: bool = False
 
     def __post_init__(self) -> None:
         if self.start_method is None:  # only None means "the default": "" is a typo, as for mp.get_context
@@ -125,6 +145,9 @@ class PoolOptions:
             raise ValueError(f'omp_spin must be "auto", "short" or "unchanged", got {self.omp_spin!r}')
         if self.torch_threads not in ("auto", "unchanged") and not _is_int(self.torch_threads, lowest=1):
             raise ValueError(f'torch_threads must be "auto", "unchanged" or an int >= 1, got {self.torch_threads!r}')
+        if self.worker_init is not None and not callable(self.worker_init):
+            raise TypeError(f"worker_init must be a callable taking no arguments, got {self.worker_init!r}")
+        object.__setattr__(self, "import_main", bool(self.import_main))
         if self.backend == "local" and self.n_nodes is not None:
             raise ValueError(f'n_nodes={self.n_nodes!r} places envs on Ray nodes: pass backend="ray" too')
 

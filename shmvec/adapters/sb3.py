@@ -34,6 +34,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 
 _NOT_TRUNCATED = (("TimeLimit.truncated", False),)  # what DummyVecEnv adds to the info of an env that goes on
+# pin_memory=None: how many resets and steps look whether CUDA started. SB3 builds its model (and
+# CUDA's context) after the env, and learn() resets first: a few looks cover it; later, none.
+PIN_CHECKS = 100
 
 
 class ShmPoolVecEnv(VecEnv):
@@ -70,8 +73,13 @@ class ShmPoolVecEnv(VecEnv):
             workers attached it; undone at :meth:`close`), so that a copy of an observation
             view to the GPU is one DMA with no bounce buffer: with ``copy=False``, SB3's
             ``obs_as_tensor`` then copies straight from shared memory. ``None`` (default):
-            when torch is already imported and sees a CUDA device. ``False``: never. If
-            registration fails, one ``RuntimeWarning`` and everything works as without it.
+            only where it pays and costs nothing: with ``copy=False`` (with ``True``, SB3
+            gets copies, in pageable memory) once CUDA is already initialised in this process
+            (``torch.cuda.is_initialized()``; shmvec never creates a CUDA context itself),
+            looked at by the constructor, then by the first resets and steps (SB3 moves its
+            model to the GPU after building the env). ``True``: at once, always (this makes
+            the CUDA context if none exists). ``False``: never. If registration fails, one
+            ``RuntimeWarning`` and everything works as without it.
         **pool_options: how the envs run, shared with every shmvec adapter
             (:class:`~shmvec.options.PoolOptions`): timeout, worker_threads, max_spin,
             main_shard, on_worker_failure, max_restarts, as below. In restart mode the envs
@@ -124,8 +132,12 @@ class ShmPoolVecEnv(VecEnv):
             ]
             self._flat_action = self._pool.action_leaves.get(())
             super().__init__(len(env_fns), observation_space, action_space)
-            if pin_memory or (pin_memory is None and pinning.cuda_host.cuda_in_use()):
+            # pin_memory=None: look again at the first resets and steps (0: no more looks)
+            self._pin_checks = PIN_CHECKS + 1 if pin_memory is None and not self.copy else 0
+            if pin_memory:
                 self._pool.page_lock()
+            elif self._pin_checks:
+                self._pin_if_cuda_started()
         except BaseException:
             self._pool.close()
             raise
@@ -151,6 +163,8 @@ class ShmPoolVecEnv(VecEnv):
         """
         columns = self._action_columns(actions)
         self._pool.ensure_can_step()
+        if self._pin_checks:
+            self._pin_if_cuda_started()
         write = self._pool.actions.write
         for path, values, column in columns:
             write(path, values, column)
@@ -204,7 +218,16 @@ class ShmPoolVecEnv(VecEnv):
                     infos[i] = info
         return [info if info is not None else {"TimeLimit.truncated": False} for info in infos]
 
+    def _pin_if_cuda_started(self) -> None:
+        """``pin_memory=None``: page-lock the arena, once, if CUDA has started meanwhile (never starts it)."""
+        self._pin_checks -= 1
+        if pinning.cuda_host.cuda_initialized():
+            self._pin_checks = 0
+            self._pool.page_lock()
+
     def reset(self) -> VecEnvObs:
+        if self._pin_checks:
+            self._pin_if_cuda_started()
         kwargs = {}
         for i in range(self.num_envs):
             kwargs[i] = {"seed": self._seeds[i]}

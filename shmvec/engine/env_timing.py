@@ -44,12 +44,14 @@ def time_env_and_machine(
     both alike and leaves the plan as it would be. The env is built in this process, reset,
     stepped with random actions (its action space seeded with 0) in batches of
     :data:`TIMING_BATCH`, each followed by :data:`TIMING_REFERENCE_LOOPS` reference loops,
-    and closed. The ratio is the median of each batch's against the loops right after it,
-    so slowdowns that happen to hit more env batches than loops do not decide it (on a VM
+    and closed (:mod:`~shmvec.engine.timing_run` runs this in a process of its own). The
+    ratio is the median of each batch's against the loops right after it, so slowdowns
+    that happen to hit more env batches than loops do not decide it (on a VM
     whose speed varied 2x between processes, 16 timings of Acrobot spread ±6 % where the
     ratio of the two medians spread ±15 %); the scale is the median of the loops. The CPU
-    share is the median of each batch's thread CPU time against its wall time: an env that
-    waits on a simulator, a socket or a sleep uses its thread's CPU only around the wait.
+    share is the median of each batch's :func:`cpu_share`: an env that waits on a simulator,
+    a socket or a sleep uses its thread's CPU only around the wait, while a CPU-bound env on a
+    loaded machine waits for a core, which the run queue's count tells apart.
     """
     env = env_fn()
     try:
@@ -63,12 +65,14 @@ def time_env_and_machine(
         deadline = time.perf_counter() + budget
         while len(env_batches) * TIMING_BATCH < max_steps:
             actions = [env.action_space.sample() for _ in range(TIMING_BATCH)]  # drawn untimed
+            start_queued = run_queue_wait()
             start, start_cpu = time.perf_counter(), time.thread_time()
             for action in actions:
                 _step_or_reset(env, action)
             wall, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
+            queued = run_queue_wait() - start_queued
             env_batches.append(wall / TIMING_BATCH)
-            cpu_shares.append(min(1.0, cpu / wall) if wall > 0 else 1.0)
+            cpu_shares.append(cpu_share(wall, cpu, queued))
             loop_batches.append(_time_reference_loops())
             if time.perf_counter() > deadline:
                 break
@@ -77,6 +81,24 @@ def time_env_and_machine(
         return EnvTiming(env_per_loop * loop_time, loop_time / REFERENCE_LOOP_TIME, statistics.median(cpu_shares))
     finally:
         env.close()
+
+
+def cpu_share(wall: float, cpu: float, queued: float) -> float:
+    """The share of a step that is CPU: CPU time over the wall time the thread was not kept off a
+    core by others (``queued``: waiting on a run queue, preempted). On a loaded machine a
+    CPU-bound env's wall time is mostly such waiting, which is not the env waiting."""
+    ran = wall - queued
+    return cpu / ran if 0 < ran and cpu < ran else 1.0
+
+
+def run_queue_wait() -> float:
+    """Seconds this thread has spent runnable but waiting for a CPU (Linux's
+    ``/proc/thread-self/schedstat``, second field); 0 where it is not available."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stats:
+            return int(stats.read().split()[1]) * 1e-9
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 _REFERENCE_ROWS, _REFERENCE_FLAGS = np.zeros((64, 4), np.float32), np.zeros(64, bool)  # reference_loop's buffers

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from shmvec.engine.failures import describe_exit
-from shmvec.engine.lean_start import WORKER_NAME_PREFIX, env_fns_blob, start_without_main
+from shmvec.engine.lean_start import SCRIPT_WORKER_PREFIX, WORKER_NAME_PREFIX, env_fns_blob, start_without_main
+from shmvec.engine.script_setup import WorkerStart
 from shmvec.engine.worker import worker_main
 from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import Command, ErrorReport, SendReply, Status, post_word
@@ -55,14 +56,16 @@ class WorkerLink:
     def envs(self) -> str:
         return f"envs {self.start}..{self.stop - 1}"
 
-    def spawn(self, ctx: Any, env_fns: list, env_wrapper: Any, max_spin: float, worker_threads: int | None) -> None:
+    def spawn(self, ctx: Any, env_fns: list, env_wrapper: Any, max_spin: float, start: WorkerStart) -> None:
         """Start the worker process on its envs with a new pipe (at start-up and on restart)."""
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         self.conn = parent_conn
         blob = env_fns_blob(list(env_fns[self.start : self.stop]), env_wrapper)
         names = (self.cmd.name, self.done.name, self.finished.name)
-        args = (self.index, child_conn, blob, self.start, self.stop, names, max_spin, worker_threads, os.getpid())
-        self.process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"{WORKER_NAME_PREFIX}{self.index}")
+        args = (self.index, child_conn, start.setup, blob, start.log_queue, self.start, self.stop, names, max_spin)
+        args += (start.worker_threads, os.getpid())
+        prefix = SCRIPT_WORKER_PREFIX if start.import_main else WORKER_NAME_PREFIX
+        self.process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"{prefix}{self.index}")
         self.process.start()
         if ctx.get_start_method() == "forkserver":
             self._exit_watch = ExitWatch.of(self.process.pid)

@@ -1,4 +1,4 @@
-"""What this machine lets a pool use: CPUs (affinity, cgroup quota, physical cores) and memory.
+"""What this machine lets a pool use: CPUs (affinity, cgroup quota, physical cores) and memory (cgroup limit).
 
 ``os.cpu_count()`` is the machine's count. A container limited by a CPU quota (Docker
 ``--cpus``, Kubernetes limits, a SLURM job in a cgroup) sees every CPU of its host but
@@ -15,6 +15,15 @@ v2 ``cpu.max`` (``"150000 100000"``: 1.5 CPUs; ``"max 100000"``: none), or v1
 under ``root``, so tests pass a folder that looks like ``/``. joblib's ``loky.cpu_count``
 does the same but reads only the cgroup root and shells out to ``lscpu`` for physical
 cores; this is the part shmvec needs, without the dependency.
+
+Memory is the same story: a job limited by SLURM ``--mem``, Docker ``-m`` or a Kubernetes
+limit sees its host's ``MemAvailable``, and workers planned by it are OOM-killed.
+:func:`available_memory` is the smaller of ``MemAvailable`` and the room every cgroup on
+the way to the root leaves: its limit (v2: ``memory.max``, or ``memory.high`` if lower,
+``"max"``: none; v1: ``memory.limit_in_bytes``, a huge number: none) less its use (v2
+``memory.current``, v1 ``memory.usage_in_bytes``), not counting the inactive file cache
+(``memory.stat``), which the kernel reclaims before it kills: the working set the kubelet
+evicts by.
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP = Path("sys/fs/cgroup")
+V1_MOUNTS = {"cpu": ("cpu", "cpu,cpuacct"), "memory": ("memory",)}  # where a v1 controller may be mounted
+V1_UNLIMITED = 1 << 60  # v1 writes "no memory limit" as the most pages in bytes (9223372036854771712)
 
 
 @dataclass(frozen=True)
@@ -53,18 +64,7 @@ def usable_cpus(root: Path = Path("/"), affinity: set[int] | None = None) -> Cpu
 
 def cgroup_quota(root: Path = Path("/")) -> float | None:
     """CPUs' worth of time the cgroup quota allows this process (e.g. 1.5), or None if unlimited."""
-    quotas = []
-    for controllers, path in _own_cgroups(root):
-        if controllers == "":  # cgroup v2
-            for base in (root / CGROUP, root / CGROUP / "unified"):
-                if (base / "cgroup.controllers").exists():
-                    quotas += [_v2_quota(d) for d in _up_to(base, path)]
-                    break
-        elif "cpu" in controllers.split(","):
-            for base in (root / CGROUP / controllers, root / CGROUP / "cpu", root / CGROUP / "cpu,cpuacct"):
-                if base.is_dir():
-                    quotas += [_v1_quota(d) for d in _up_to(base, path)]
-                    break
+    quotas = [(_v2_quota if version == 2 else _v1_quota)(d) for version, d in _cgroup_folders(root, "cpu")]
     found = [q for q in quotas if q is not None]
     return min(found) if found else None
 
@@ -82,7 +82,20 @@ def physical_cores(cpus: set[int], root: Path = Path("/")) -> int:
 
 
 def available_memory(root: Path = Path("/")) -> int | None:
-    """Bytes of memory available for new processes (``MemAvailable``), or None where it is unknown."""
+    """Bytes of memory available for new processes: ``MemAvailable`` within the cgroup memory
+    limits (see the module docstring); None where neither is known."""
+    found = [room for room in (_mem_available(root), cgroup_memory(root)) if room is not None]
+    return min(found) if found else None
+
+
+def cgroup_memory(root: Path = Path("/")) -> int | None:
+    """Bytes the cgroup memory limits on the way to the root still leave this process (at least 0), or None if none."""
+    rooms = [(_v2_room if version == 2 else _v1_room)(d) for version, d in _cgroup_folders(root, "memory")]
+    found = [room for room in rooms if room is not None]
+    return min(found) if found else None
+
+
+def _mem_available(root: Path) -> int | None:
     for line in (_read(root / "proc/meminfo") or "").splitlines():
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024
@@ -105,6 +118,23 @@ def _own_cgroups(root: Path) -> list[tuple[str, str]]:
         if len(parts) == 3:
             pairs.append((parts[1], parts[2]))
     return pairs
+
+
+def _cgroup_folders(root: Path, controller: str) -> list[tuple[int, Path]]:
+    """``(cgroup version, folder)`` of ``controller`` ("cpu", "memory"), from this process's cgroup to the root."""
+    folders = []
+    for controllers, path in _own_cgroups(root):
+        if controllers == "":  # cgroup v2: one tree for every controller
+            v2_bases = (root / CGROUP, root / CGROUP / "unified")
+            version, bases = 2, [b for b in v2_bases if (b / "cgroup.controllers").exists()]
+        elif controller in controllers.split(","):
+            mounts = (controllers, *V1_MOUNTS[controller])
+            version, bases = 1, [b for b in (root / CGROUP / mount for mount in mounts) if b.is_dir()]
+        else:
+            continue
+        if bases:
+            folders += [(version, d) for d in _up_to(bases[0], path)]
+    return folders
 
 
 def _up_to(base: Path, path: str) -> list[Path]:
@@ -134,6 +164,39 @@ def _v1_quota(folder: Path) -> float | None:
     if quota is None or period is None or int(quota) <= 0 or int(period) <= 0:
         return None
     return int(quota) / int(period)
+
+
+def _v2_room(folder: Path) -> int | None:
+    limits = [_number(_read(folder / name)) for name in ("memory.max", "memory.high")]  # "max": not a number
+    found = [limit for limit in limits if limit is not None]
+    if not found:
+        return None
+    return _room(min(found), _read(folder / "memory.current"), _stat(folder, "inactive_file"))
+
+
+def _v1_room(folder: Path) -> int | None:
+    limit = _number(_read(folder / "memory.limit_in_bytes"))
+    if limit is None or limit >= V1_UNLIMITED:
+        return None
+    return _room(limit, _read(folder / "memory.usage_in_bytes"), _stat(folder, "total_inactive_file"))
+
+
+def _room(limit: int, used: str | None, reclaimable: int) -> int:
+    """What ``limit`` leaves once the cgroup's use is counted, less the file cache the kernel would reclaim first."""
+    return max(0, limit - max(0, (_number(used) or 0) - reclaimable))
+
+
+def _stat(folder: Path, key: str) -> int:
+    """A counter of the cgroup's ``memory.stat`` (0 if absent)."""
+    for line in (_read(folder / "memory.stat") or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return _number(value) or 0
+    return 0
+
+
+def _number(text: str | None) -> int | None:
+    return int(text) if text is not None and text.strip().isdigit() else None
 
 
 def _read(path: Path) -> str | None:

@@ -1,8 +1,8 @@
 """How a pool runs when nobody said: worker count, main shard and wait policy.
 
 ``n_workers=None`` (the default) times the env at start-up (:func:`~shmvec.engine.env_timing.time_env_and_machine`:
-one extra env built in the main process from ``env_fns[0]``, a few random steps within
-~50 ms, closed again) and picks, among
+one extra env built from ``env_fns[0]`` in a throwaway process, :mod:`~shmvec.engine.timing_run`,
+a few random steps within ~50 ms, closed again) and picks, among
 
 - everything in the main process (``n_workers=0, main_shard=True``),
 - the main process plus ``P - 1`` workers (``main_shard=True``),
@@ -24,8 +24,9 @@ Envs that wait rather than compute (a simulator answering over a socket, a robot
 core while they wait: the timing measures the share of an env's step that is CPU
 (thread CPU time against wall time), and when it is under :data:`WAITING_SHARE` the
 candidates go beyond the cores, up to one worker per env (at most :func:`max_lanes`:
-memory and file descriptors), each extra worker charged its own cycle's CPU
-(:data:`T_WORKER_CYCLE`) on the shared cores and its turn in the main process. Lanes are
+memory, within the cgroup memory limit, and file descriptors), each extra worker
+charged its own cycle's CPU (:data:`T_WORKER_CYCLE`) on the shared cores and its turn
+in the main process. Lanes are
 processes, not threads inside a worker: measured on 2 cores, 256 envs waiting 2 ms
 reached 0.17 of the N/wait limit from one process of 256 threads (its GIL hand-offs), 0.3
 from 128 processes; a worker that skips the user's script holds ~7 MB. The
@@ -68,11 +69,15 @@ from __future__ import annotations
 import logging
 import math
 import resource
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from shmvec.engine.env_timing import time_env_and_machine
+from shmvec.engine.env_timing import EnvTiming, time_env_and_machine
 from shmvec.engine.machine import available_memory, usable_cpus
+from shmvec.engine.script_check import setup_is_shared
 from shmvec.ipc.signals import MAX_SPIN
+from shmvec.options import PoolOptions
 
 logger = logging.getLogger("shmvec")
 
@@ -153,8 +158,9 @@ def usable_cores() -> int:
 
 def max_lanes(num_envs: int) -> int:
     """Most workers worth starting for ``num_envs`` waiting envs: one per env, within
-    :data:`MAX_LANES`, the memory available (:data:`WORKER_MEMORY` each) and the file
-    descriptors the main process may open (a few per worker)."""
+    :data:`MAX_LANES`, the memory available (:data:`WORKER_MEMORY` each; ``MemAvailable``
+    within the cgroup memory limits, see :func:`~shmvec.engine.machine.available_memory`)
+    and the file descriptors the main process may open (a few per worker)."""
     limit = min(num_envs, MAX_LANES)
     try:
         limit = min(limit, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 8)
@@ -209,13 +215,14 @@ def predicted_step_time(
 
 
 def candidates(
-    num_envs: int, cores: int, main_shard: bool | None = None, max_lanes: int | None = None
+    num_envs: int, cores: int, main_shard: bool | None = None, max_lanes: int | None = None, mix: bool = True
 ) -> list[tuple[int, bool]]:
     """(n_workers, main_shard) pairs worth considering, up to ``max_lanes`` lanes (default: the
-    cores); ``main_shard`` True/False restricts them."""
+    cores); ``main_shard`` True/False restricts them, and so does ``mix=False`` (envs all in the
+    main process or all in workers)."""
     pairs = []
     for lanes in range(1, min(num_envs, cores if max_lanes is None else max_lanes) + 1):
-        if main_shard is not False:
+        if main_shard is not False and (mix or lanes == 1):
             pairs.append((lanes - 1, True))
         if main_shard is not True:
             pairs.append((lanes, False))
@@ -232,12 +239,14 @@ def choose(
     batch_size: int | None = None,
     cpu_share: float = 1.0,
     lanes: int | None = None,
+    mix: bool = True,
 ) -> Plan:
     """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
 
     ``scale``: how much slower than the calibration machine this one runs Python (:mod:`~shmvec.engine.env_timing`).
     ``cpu_share``: the share of ``t_env`` that is CPU; under :data:`WAITING_SHARE` the env is
     planned as waiting, with up to ``lanes`` workers (default :func:`max_lanes`).
+    ``mix=False``: no plan with envs both in the main process and in workers.
     ``batch_size`` (fewer than ``num_envs``): the caller collects in async batches, so every env
     runs in a worker (``main_shard`` False unless given), stepping one batch while the caller
     works on another; the worker count is the one a synchronous step would use, and the reason
@@ -270,7 +279,7 @@ def choose(
         lanes = cores
     timed = [
         (predicted_step_time(num_envs, cores, t_env, k, main, scale, cpu_share=cpu_share), k, main)
-        for k, main in candidates(num_envs, cores, main_shard, lanes)
+        for k, main in candidates(num_envs, cores, main_shard, lanes, mix)
     ]
     best = min(t for t, _, _ in timed)
     near = [(t, k, main) for t, k, main in timed if best / t >= 1.0 - ISOLATION_TOLERANCE]
@@ -332,27 +341,38 @@ def _with_waits(num_envs, cores, t_env, n_workers, main_shard, max_spin, reason,
 
 
 def plan_pool(
-    n_workers: int | None, main_shard: bool | None, max_spin: float, env_fns, env_wrapper=None, batch_size=None
+    options: PoolOptions,
+    env_fns: list,
+    env_wrapper=None,
+    batch_size: int | None = None,
+    time_env: Callable[[Callable[[], Any]], EnvTiming] = time_env_and_machine,
 ) -> Plan:
-    """The plan for a pool of ``env_fns``: :func:`explicit` if ``n_workers`` is set, else timed and
-    chosen (for async batches of ``batch_size``, if given: see :func:`choose`).
+    """The plan for a pool of ``env_fns`` with ``options``: :func:`explicit` if ``n_workers`` is
+    set, else timed by ``time_env`` (the pool's times in a throwaway process, see
+    :mod:`~shmvec.engine.timing_run`) and chosen (for async batches of ``batch_size``, if
+    given: see :func:`choose`).
+
+    With ``main_shard`` unset, envs go both to the main process and to workers only where
+    they see one set-up there: under fork, with ``worker_init`` or ``import_main``, or when the
+    main script has nothing workers would miss (:mod:`~shmvec.engine.script_check`).
 
     If timing fails (``env_fns[0]`` raises), the envs run in one worker per core, so that
     the start-up reports the error from the worker with its traceback.
     """
     num_envs, cpus = len(env_fns), usable_cpus()
-    cores = cpus.physical
-    if n_workers is not None:
-        plan = explicit(num_envs, cores, n_workers, bool(main_shard), max_spin)
+    cores, main_shard, max_spin = cpus.physical, options.main_shard, options.max_spin
+    if options.n_workers is not None:
+        plan = explicit(num_envs, cores, options.n_workers, bool(main_shard), max_spin)
     else:
         try:
-            timing = time_env_and_machine(_wrapped(env_fns[0], env_wrapper))
+            timing = time_env(_wrapped(env_fns[0], env_wrapper))
         except Exception as exc:  # reported again, properly, when a worker builds it
             k = min(num_envs, cores) - bool(main_shard)
-            plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto: timing env 0 failed ({type(exc).__name__})")
+            plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto: timing env 0 failed: {exc}")
         else:
             t_env, scale, cpu_share = timing
-            plan = choose(num_envs, cores, t_env, main_shard, max_spin, scale, batch_size, cpu_share)
+            mix = main_shard is not None or setup_is_shared(options)
+            plan = choose(num_envs, cores, t_env, main_shard, max_spin, scale, batch_size, cpu_share, mix=mix)
     logger.info("shmvec pool of %d envs (%s): %s", num_envs, cpus.why, describe_plan(plan))
     return plan
 

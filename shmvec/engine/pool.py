@@ -28,10 +28,9 @@ Rare calls (reset, get_attr, env_method, render, ...; :mod:`shmvec.engine.rare_c
       post cmd[k], pipe: Reset | RunOps ─────────▶ run it on the named envs
     requests.wait: wait done[k], recv ◀────────── status REPLY | ERROR; pipe: {env: result}
 
-Past 8 workers a step is posted through a tree of workers (:mod:`shmvec.engine.step_tree`).
-Every command carries the number of its post on ``cmd[k]`` (its seq) in the same word
-(``ctrl[k].post``, one store): a worker that reads the word before taking that post takes
-posts until it has, and runs the sends in its inbox before any other command.
+Past 8 workers a step is posted through a tree of workers (:mod:`shmvec.engine.step_tree`). Every command
+carries the number of its post on ``cmd[k]`` (its seq) in the same word (``ctrl[k].post``, one store): a worker
+that reads the word before taking that post takes posts until it has, and runs the sends in its inbox first.
 
 Async batches (``send``/``recv``, :mod:`shmvec.engine.async_schedule`; an async reset is a rare call
 whose envs :meth:`recv` then returns)::
@@ -45,8 +44,8 @@ whose envs :meth:`recv` then returns)::
       queue them oldest first until M are ◀──────── then the pipe: its info or error
       (else wait on ready, watching liveness)
 
-A dead worker raises :class:`~shmvec.errors.WorkerDiedError` and breaks the pool (one
-transition: :meth:`ShmPool._break`), unless restarts are on and budget is left.
+A dead worker raises :class:`~shmvec.errors.WorkerDiedError` and breaks the pool (one transition:
+:meth:`ShmPool._break`), unless restarts are on and budget is left. Workers: :mod:`shmvec.engine.script_setup`.
 """
 
 from __future__ import annotations
@@ -75,6 +74,7 @@ from shmvec.engine.plan import describe_plan, plan_pool, usable_cores
 from shmvec.engine.rare_calls import Requests
 from shmvec.engine.resources import PoolResources, finalize_unclosed
 from shmvec.engine.restart import Rebuild, Restarter
+from shmvec.engine.script_setup import for_workers, worker_start
 from shmvec.engine.shard import (
     EnvFailed,
     Shard,
@@ -85,6 +85,7 @@ from shmvec.engine.shard import (
     with_shm_finals,
 )
 from shmvec.engine.step_tree import StepTree
+from shmvec.engine.timing_run import timer
 from shmvec.engine.validation import check_env_fns, check_same_spaces
 from shmvec.engine.worker_waits import WorkerWaits
 from shmvec.ipc import layout as lay
@@ -122,12 +123,11 @@ class ShmPool(WorkerWaits, EngineBase):
         obs_space_match: ``obs_space_match(env0_space, env_space)``: whether an env's observation
             space fits env 0's (default: equality). The arena is laid out from env 0's space, so it
             must require the same leaves, shapes and dtypes (as ``is_space_dtype_shape_equiv``).
-        obs_buffers: 2 double-buffers the observation leaves: each :meth:`step_async` and
-            each :meth:`reset` of every env writes the other buffer, and :attr:`obs_leaves`
-            then names it, so the caller may read the previous observations, in place,
-            until the call after next starts (SB3's ``_last_obs``, zero-copy).
-        batch_size: the caller collects in async batches of this many envs (``send``/``recv``),
-            which the automatic plan runs in workers only (:func:`~shmvec.engine.plan.choose`).
+        obs_buffers: 2 double-buffers the observation leaves: each :meth:`step_async` and each :meth:`reset` of
+            every env writes the other buffer, and :attr:`obs_leaves` then names it, so the caller may read the
+            previous observations, in place, until the call after next starts (SB3's ``_last_obs``, zero-copy).
+        batch_size: the caller collects in async batches of this many envs (``send``/``recv``), which the
+            automatic plan runs in workers only (:func:`~shmvec.engine.plan.choose`).
     """
 
     def __init__(
@@ -146,7 +146,8 @@ class ShmPool(WorkerWaits, EngineBase):
         self.num_envs = len(env_fns)
         if options.n_workers is not None:
             options.workers_for(self.num_envs)  # an explicit count is checked, then obeyed
-        self.plan = plan_pool(options.n_workers, options.main_shard, options.max_spin, env_fns, env_wrapper, batch_size)
+        self.worker_start = worker_start(options)  # the script's set-up, taken before the timing run needs it
+        self.plan = plan_pool(options, env_fns, env_wrapper, batch_size, timer(options.start_method, self.worker_start))
         self.n_workers, self.main_shard = self.plan.n_workers, self.plan.main_shard
         self.shards = lay.shard_bounds(self.num_envs, self.n_workers + self.main_shard)
         self._shard_starts = [start for start, _ in self.shards]
@@ -174,9 +175,11 @@ class ShmPool(WorkerWaits, EngineBase):
     def _start(self, env_fns, env_wrapper, obs_space_match, obs_buffers) -> None:
         res, opts, plan = self._res, self.options, self.plan
         ctx = mp_context(opts.start_method)
+        if self.n_workers:  # their log records are relayed here; the script's lines they miss, named
+            self.worker_start, res.log_relay = for_workers(self.worker_start, opts, ctx)
         for k in range(self.n_workers):
             res.links.append(WorkerLink(k, *self.shards[k], plan.main_spin))
-            res.links[k].spawn(ctx, env_fns, env_wrapper, plan.worker_spin, opts.worker_threads)
+            res.links[k].spawn(ctx, env_fns, env_wrapper, plan.worker_spin, self.worker_start)
         if self.main_shard:  # built while the workers build theirs
             start, stop = self.shards[-1]
             res.main_envs = build_envs(env_fns[start:stop], env_wrapper, start, where="the main process")
@@ -232,7 +235,7 @@ class ShmPool(WorkerWaits, EngineBase):
         opts, views = self.options, self.views
         if opts.on_worker_failure == "restart":
             rebuild = Rebuild(
-                spawn_args=(env_fns, env_wrapper, self.plan.worker_spin, opts.worker_threads),
+                spawn_args=(env_fns, env_wrapper, self.plan.worker_spin, self.worker_start),
                 start_method=opts.start_method,
                 start_limit=self.start_limit,
                 spaces=(self.single_observation_space, self.single_action_space),

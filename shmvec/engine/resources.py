@@ -17,6 +17,7 @@ import gymnasium as gym
 
 from shmvec.engine import ops
 from shmvec.engine.caller_threads import CallerThreads
+from shmvec.engine.script_setup import LogRelay
 from shmvec.ipc import pinning
 from shmvec.ipc.arena import OwnedArena
 from shmvec.ipc.leftovers import reclaim
@@ -42,6 +43,7 @@ class PoolResources:
         self.caller: CallerThreads | None = None  # what the pool changed of the caller's threads, to undo
         self.pinned: pinning.PinnedMemory | None = None  # the arena, page-locked for CUDA copies
         self.pin_tried = False
+        self.log_relay: LogRelay | None = None  # the workers' log records, to this process's handlers
 
     def page_lock(self, run: Callable[[dict], Any], shards: list[tuple[int, int]], device: int | None) -> bool:
         """Page-lock the arena for CUDA copies (:mod:`shmvec.ipc.pinning`), once; whether it is.
@@ -71,6 +73,9 @@ class PoolResources:
         for link in self.links:
             link.release()
         self.links = []
+        if self.log_relay is not None:  # after the workers: their last records are in
+            self.log_relay.close()
+            self.log_relay = None
         if self.ready is not None:
             self.ready.close()
             self.ready = None

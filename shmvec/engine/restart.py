@@ -50,7 +50,7 @@ class RestartHost(Protocol):
 class Rebuild:
     """What re-creating a worker repeats of the pool's start-up handshake."""
 
-    spawn_args: tuple  # WorkerLink.spawn's, after the context: env_fns, env_wrapper, max_spin, worker_threads
+    spawn_args: tuple  # WorkerLink.spawn's, after the context: env_fns, env_wrapper, max_spin, WorkerStart
     start_method: str
     start_limit: float | None  # how long building its envs may take
     spaces: tuple[gym.Space, gym.Space]  # the pool's observation and action spaces, which its envs must match

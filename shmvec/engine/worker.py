@@ -23,9 +23,10 @@ from typing import Any
 import cloudpickle
 import gymnasium as gym
 import numpy as np
+import threadpoolctl
 from gymnasium.vector import AutoresetMode
 
-from shmvec.engine.lean_start import register_missing
+from shmvec.engine import script_setup
 from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.ipc import layout as lay
 from shmvec.ipc.arena import attach
@@ -64,11 +65,22 @@ ORPHAN_EXIT_CODE = 70  # the main process died while this worker was busy
 
 
 def limit_threads(n_threads: int | None) -> None:
-    """Keep BLAS/OpenMP/torch to ``n_threads`` so K workers do not each grab every core."""
+    """Keep BLAS/OpenMP/torch to ``n_threads`` so K workers do not each grab every core.
+
+    The env vars reach only libraries loaded later. numpy's BLAS is already loaded (the
+    forkserver preloads this module; fork copies the parent), its pool sized to the
+    machine's cores: threadpoolctl resizes the pools of every BLAS and OpenMP library
+    loaded so far (measured: ~3 ms per worker start, its scan of the loaded libraries; the
+    limit stays after the call: no ``with`` block to leave).
+    """
     if n_threads is None:
         return
     for var in THREAD_ENV_VARS:
         os.environ[var] = str(n_threads)
+    try:
+        threadpoolctl.threadpool_limits(limits=n_threads)
+    except Exception:
+        pass  # a library threadpoolctl cannot drive keeps its pool: slower at worst, the worker still runs
     if "torch" in sys.modules:  # already imported (fork): env vars are read too late
         sys.modules["torch"].set_num_threads(n_threads)
 
@@ -110,7 +122,9 @@ def _blame_unpicklable(reply: Any) -> None:
 def worker_main(
     worker: int,
     conn: mp.connection.Connection,
+    setup_blob: bytes,
     env_fns_blob: bytes,
+    log_queue: Any,
     first_env: int,
     stop_env: int,
     signal_names: tuple[str, str, str],
@@ -120,7 +134,6 @@ def worker_main(
 ) -> None:
     """Entry point of a worker process (see :mod:`shmvec.engine.pool` for the data flow)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    limit_threads(n_threads)
     parent_alive = _parent_watch(main_pid)
     _start_orphan_watchdog(parent_alive)
     cmd_name, done_name, finished_name = signal_names
@@ -128,7 +141,12 @@ def worker_main(
     envs: list[gym.Env] = []
     try:
         try:
-            env_fns, env_wrapper = _load_env_fns(env_fns_blob, f"envs {first_env}..{stop_env - 1}", worker)
+            what = f"envs {first_env}..{stop_env - 1}"
+            setup = _load(setup_blob, f"the set-up (worker_init, registered envs) of its {what}", worker)
+            script_setup.apply(setup, log_queue)  # first: the environment variables, read by what follows
+            limit_threads(n_threads)
+            env_fns, env_wrapper = _load(env_fns_blob, f"the env_fns of its {what}", worker)
+            env_fns = [_keeping_setup(env_fn, setup) for env_fn in env_fns]
             envs = build_envs(env_fns, env_wrapper, first_env, where=f"worker {worker}")
             hello = describe_envs(worker, envs)
         except Exception as exc:
@@ -166,24 +184,34 @@ def worker_main(
         finished.close()
 
 
-def _load_env_fns(blob: bytes, envs: str, worker: int) -> tuple[list, Any]:
-    """The shard's env_fns and wrapper, with the env ids the parent registered beyond gymnasium's own.
+def _load(blob: bytes, what: str, worker: int) -> Any:
+    """Unpickle ``blob``, which a worker needs before it builds its envs.
 
     A worker does not run the user's main script (:mod:`~shmvec.engine.lean_start`), so a
-    module the env_fns need must be importable by name here: if one is not, say which.
+    module the blob needs must be importable by name here: if one is not, say which.
     """
     try:
-        env_fns, env_wrapper, specs = cloudpickle.loads(blob)
+        return cloudpickle.loads(blob)
     except ImportError as exc:
         exc.add_note(
-            f"shmvec: worker {worker} could not load the env_fns of its {envs}: module {exc.name!r} cannot be "
+            f"shmvec: worker {worker} could not load {what}: module {exc.name!r} cannot be "
             "imported there. Workers import your envs' modules by name and do not run your main script: make the "
             "module importable in a fresh Python (install it, or add its folder to sys.path before creating the "
-            'vector env), or pass start_method="fork"'
+            'vector env), or pass import_main=True or start_method="fork"'
         )
         raise
-    register_missing(specs)
-    return env_fns, env_wrapper
+
+
+def _keeping_setup(env_fn: Callable[[], gym.Env], setup: script_setup.ScriptSetup) -> Callable[[], gym.Env]:
+    """``env_fn``, after which what its imports undid of the set-up is done again (script_setup.after_env_built)."""
+
+    def build() -> gym.Env:
+        try:
+            return env_fn()
+        finally:
+            script_setup.after_env_built(setup)
+
+    return build
 
 
 def _parent_watch(main_pid: int) -> Callable[[], bool]:

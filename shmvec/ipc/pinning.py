@@ -37,10 +37,15 @@ HOST_REGISTER_PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA co
 class CudaHost:
     """The CUDA runtime calls pinning makes, through torch (imported only when called)."""
 
-    def cuda_in_use(self) -> bool:
-        """Whether the caller already uses torch and torch sees a CUDA device (never imports torch)."""
-        torch = sys.modules.get("torch")
-        return torch is not None and torch.cuda.is_available()
+    def cuda_initialized(self) -> bool:
+        """Whether torch already made this process's CUDA context (never imports torch or touches the driver).
+
+        ``torch.cuda.is_available()`` is not asked: it may load the driver, and a context
+        costs hundreds of MB of GPU memory and seconds, too much to make for pinning alone.
+        """
+        cuda = getattr(sys.modules.get("torch"), "cuda", None)
+        is_initialized = getattr(cuda, "is_initialized", None)
+        return bool(is_initialized()) if is_initialized is not None else False
 
     def register(self, address: int, nbytes: int, device: int | None) -> int:
         """``cudaHostRegister`` in ``device``'s context (None: the current device); the CUDA error code (0: success)."""

@@ -6,6 +6,10 @@ memory; ``test_cuda_steps.py`` checks the CUDA steps' logic everywhere.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 from gymnasium.vector import AutoresetMode
 
@@ -66,12 +70,47 @@ def test_async_batches_on_cuda_match_numpy_batches(closing):
         assert_same(got, want, f"batch {t}")
 
 
-def test_sb3_page_locks_the_arena_when_torch_sees_cuda(closing):
+def test_sb3_page_locks_the_arena_once_cuda_started(closing):
+    torch.cuda.init()  # as a model moved to the GPU does; pin_memory=None never starts CUDA itself
     env = closing(ShmPoolVecEnv([ENV_FACTORIES["CartPole"]] * 4, 2, copy=False))
     obs = env.reset()
     assert torch.from_numpy(obs).is_pinned()  # SB3's obs_as_tensor copies it with one DMA
     off = closing(ShmPoolVecEnv([ENV_FACTORIES["CartPole"]] * 4, 2, copy=False, pin_memory=False))
     assert not torch.from_numpy(off.reset()).is_pinned()
+
+
+def test_no_cuda_context_until_the_caller_makes_one_then_zero_copy_sb3_page_locks(tmp_path):
+    """In a new process (this one may have started CUDA already): default envs make no CUDA
+    context; once the caller's model is on the GPU, zero-copy SB3 page-locks its arena."""
+    script = textwrap.dedent(
+        """
+        import numpy as np
+        import torch
+        import gymnasium as gym
+        from shmvec import ShmPoolVecEnv, ShmVectorEnv
+
+        def make():
+            return gym.make("CartPole-v1")
+
+        if __name__ == "__main__":
+            with ShmVectorEnv([make] * 2, 1) as envs:
+                envs.reset(seed=0)
+                envs.step(envs.action_space.sample())
+            with ShmPoolVecEnv([make] * 4, 2) as env:
+                env.reset()
+                env.step(np.zeros(4, dtype=np.int64))
+            with ShmPoolVecEnv([make] * 4, 2, copy=False) as env:
+                env.reset()
+                env.step(np.zeros(4, dtype=np.int64))
+                assert not torch.cuda.is_initialized(), "the envs made a CUDA context"
+                torch.nn.Linear(4, 2).to("cuda")  # as SB3 builds its model, after the env
+                obs = env.reset()  # learn() resets first
+                assert torch.from_numpy(obs).is_pinned(), "not page-locked once CUDA started"
+        """
+    )
+    (tmp_path / "script.py").write_text(script)
+    done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def _to_cpu(value):

@@ -45,11 +45,13 @@ MIXED = ENV_FACTORIES["MixedDict"]
 class RecordingHost(pinning.CudaHost):
     """Records every CUDA call pinning makes, with what was true when it was made."""
 
-    def __init__(self, log: list, arenas: list, in_use: bool = True, code: int = 0):
-        self.log, self.arenas, self.in_use, self.code = log, arenas, in_use, code
+    def __init__(self, log: list, arenas: list, initialized: bool = True, code: int = 0):
+        self.log, self.arenas, self.initialized, self.code = log, arenas, initialized, code
+        self.looks = 0  # calls of cuda_initialized (not in the log: they make no CUDA call)
 
-    def cuda_in_use(self) -> bool:
-        return self.in_use
+    def cuda_initialized(self) -> bool:
+        self.looks += 1
+        return self.initialized
 
     def register(self, address: int, nbytes: int, device: int | None) -> int:
         name = self.arenas[-1].name if self.arenas else "no arena"
@@ -209,12 +211,13 @@ def test_registered_once_in_the_main_process_after_the_workers_attached(adapter,
 def test_no_registration_on_cpu_or_without_the_option(cuda_log, closing):
     closing(ShmVectorEnv([CARTPOLE] * 2, 1, device="cpu")).reset()
     closing(ShmVectorEnv([CARTPOLE] * 2, 1)).reset()
-    closing(pinned_sb3_env(pin_memory=False)).reset()
-    cuda_log.in_use = False
-    closing(pinned_sb3_env()).reset()  # auto: torch sees no CUDA
+    closing(pinned_sb3_env(pin_memory=False, copy=False)).reset()
+    closing(pinned_sb3_env()).reset()  # auto, copy=True: the observations are copied out of the arena anyway
+    cuda_log.initialized = False
+    closing(pinned_sb3_env(copy=False)).reset()  # auto: CUDA not started
     assert cuda_log.log == []
-    cuda_log.in_use = True
-    closing(pinned_sb3_env()).reset()  # auto: torch sees CUDA
+    cuda_log.initialized = True
+    closing(pinned_sb3_env(copy=False)).reset()  # auto: CUDA already started
     assert [entry[0] for entry in cuda_log.log] == ["register"]
 
 

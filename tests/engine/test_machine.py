@@ -1,16 +1,22 @@
-"""Usable CPUs: the affinity set within the cgroup CPU quota (v2 and v1), physical cores.
+"""Usable CPUs: the affinity set within the cgroup CPU quota (v2 and v1), physical cores;
+available memory: ``MemAvailable`` within the cgroup memory limits (v2 and v1).
 
 Each test builds a folder that looks like ``/`` to the parts of it that are read:
-``proc/self/cgroup``, ``sys/fs/cgroup/...`` and ``sys/devices/system/cpu/cpu*/topology``.
+``proc/self/cgroup``, ``proc/meminfo``, ``sys/fs/cgroup/...`` and
+``sys/devices/system/cpu/cpu*/topology``.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
-from shmvec.engine.machine import cgroup_quota, physical_cores, usable_cpus
+from shmvec.engine import machine, plan
+from shmvec.engine.machine import available_memory, cgroup_quota, physical_cores, usable_cpus
+
+GIB = 2**30
 
 
 def write(root: Path, path: str, text: str) -> None:
@@ -115,3 +121,97 @@ def test_unknown_topology_counts_every_cpu(tmp_path):
 def test_this_machine():
     cpus = usable_cpus()
     assert 1 <= cpus.physical <= cpus.logical and cpus.why
+
+
+# ---- memory -------------------------------------------------------------------------------
+
+
+def meminfo(root: Path, available: int) -> Path:
+    write(root, "proc/meminfo", f"MemTotal:       {2 * available // 1024} kB\nMemAvailable:   {available // 1024} kB")
+    return root
+
+
+def memory_v2(root: Path, files: dict[str, dict[str, str]], own: str = "/") -> Path:
+    """A cgroup v2 tree with this process in ``own``; ``files``: folder -> {file name: text}."""
+    cgroup_v2(root, {}, own=own)
+    for folder, texts in files.items():
+        for name, text in texts.items():
+            write(root, str(Path("sys/fs/cgroup", folder.lstrip("/"), name)), text)
+    return root
+
+
+def memory_v1(root: Path, limit: int, usage: int, inactive_file: int = 0, own: str = "/slurm/job1") -> Path:
+    write(root, "proc/self/cgroup", f"12:memory:{own}\n4:cpu,cpuacct:/\n1:name=systemd:/")
+    folder = f"sys/fs/cgroup/memory/{own.lstrip('/')}"
+    write(root, f"{folder}/memory.limit_in_bytes", str(limit))
+    write(root, f"{folder}/memory.usage_in_bytes", str(usage))
+    write(root, f"{folder}/memory.stat", f"cache 0\ntotal_inactive_file {inactive_file}\ntotal_rss {usage}")
+    write(root, "sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712")  # the root: no limit
+    return root
+
+
+def test_memory_available_without_cgroup_files(tmp_path):
+    assert available_memory(meminfo(tmp_path, 64 * GIB)) == 64 * GIB
+    assert available_memory(tmp_path / "nothing") is None
+
+
+def test_cgroup_v2_memory_limit_below_mem_available(tmp_path):
+    root = memory_v2(meminfo(tmp_path, 64 * GIB), {"/job": {"memory.max": str(8 * GIB), "memory.current": str(GIB)}})
+    write(root, "proc/self/cgroup", "0::/job")
+    assert available_memory(root) == 7 * GIB
+
+
+def test_cgroup_v2_takes_the_tightest_limit_high_included_on_the_way_to_the_root(tmp_path):
+    files = {
+        "/kubepods": {"memory.max": str(4 * GIB), "memory.current": str(3 * GIB)},  # 1 GiB left: the tightest
+        "/kubepods/pod1": {"memory.max": "max", "memory.high": "max", "memory.current": str(2 * GIB)},
+        "/kubepods/pod1/ctr": {"memory.max": str(16 * GIB), "memory.high": str(3 * GIB), "memory.current": "0"},
+    }
+    root = memory_v2(meminfo(tmp_path, 64 * GIB), files, own="/kubepods/pod1/ctr")
+    assert available_memory(root) == GIB
+    write(root, "sys/fs/cgroup/kubepods/memory.max", "max")
+    assert available_memory(root) == 3 * GIB  # memory.high, lower than memory.max
+
+
+def test_cgroup_v2_unlimited_leaves_mem_available(tmp_path):
+    files = {"/": {"memory.current": str(GIB)}, "/job": {"memory.max": "max", "memory.current": str(GIB)}}
+    root = memory_v2(meminfo(tmp_path, 64 * GIB), files, own="/job")
+    assert available_memory(root) == 64 * GIB
+    assert machine.cgroup_memory(root) is None
+
+
+def test_cgroup_v2_over_its_limit_leaves_nothing_and_reclaimable_cache_counts_as_free(tmp_path):
+    files = {"/job": {"memory.max": str(GIB), "memory.current": str(2 * GIB)}}
+    root = memory_v2(meminfo(tmp_path, 64 * GIB), files, own="/job")
+    assert available_memory(root) == 0
+    write(root, "sys/fs/cgroup/job/memory.stat", f"anon {GIB // 2}\ninactive_file {3 * GIB // 2}")
+    assert available_memory(root) == GIB // 2  # 2 GiB used, 1.5 GiB of it cache the kernel reclaims first
+
+
+def test_cgroup_v1_memory_limit(tmp_path):
+    root = memory_v1(meminfo(tmp_path, 64 * GIB), limit=8 * GIB, usage=3 * GIB, inactive_file=GIB)
+    assert available_memory(root) == 6 * GIB
+    root = memory_v1(meminfo(tmp_path / "full", 64 * GIB), limit=GIB, usage=2 * GIB)
+    assert available_memory(root) == 0  # never negative
+
+
+def test_cgroup_v1_unlimited_leaves_mem_available(tmp_path):
+    root = memory_v1(meminfo(tmp_path, 64 * GIB), limit=9223372036854771712, usage=3 * GIB)
+    assert available_memory(root) == 64 * GIB
+
+
+def test_mem_available_below_the_cgroup_limit_wins(tmp_path):
+    root = memory_v1(meminfo(tmp_path, 2 * GIB), limit=8 * GIB, usage=GIB)
+    assert available_memory(root) == 2 * GIB
+
+
+def test_max_lanes_follows_the_cgroup_memory_limit(tmp_path, monkeypatch):
+    root = memory_v2(meminfo(tmp_path, 64 * GIB), {"/job": {"memory.max": str(GIB), "memory.current": "0"}}, "/job")
+    monkeypatch.setattr(plan, "available_memory", functools.partial(available_memory, root))
+    assert plan.max_lanes(1000) == GIB // plan.WORKER_MEMORY == 16  # MemAvailable alone would allow MAX_LANES
+
+
+def test_this_machines_memory():
+    mem_available = machine._mem_available(Path("/"))
+    available = available_memory()
+    assert available is not None and mem_available is not None and 0 <= available <= mem_available

@@ -21,6 +21,7 @@ from shmvec.engine.plan import ISOLATION_TOLERANCE, candidates, choose, explicit
 from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import NextWait
 from shmvec.ipc.signals import MAX_SPIN
+from shmvec.options import PoolOptions
 from tests.envs import cartpole
 from tests.helpers import assert_same
 
@@ -132,9 +133,9 @@ def test_plan_pool_falls_back_to_workers_when_env0_cannot_be_timed():
     def broken():
         raise RuntimeError("no env here")
 
-    plan = autoconfig.plan_pool(None, None, 200e-6, [broken] * 4)
+    plan = autoconfig.plan_pool(PoolOptions(), [broken] * 4)
     assert (plan.n_workers, plan.main_shard) == (min(4, autoconfig.usable_cores()), False)
-    assert "timing env 0 failed (RuntimeError)" in plan.reason
+    assert "timing env 0 failed: no env here" in plan.reason
 
 
 def test_time_env_and_machine_measures_and_closes():
@@ -286,7 +287,7 @@ def test_the_timing_tells_an_env_that_waits_from_one_that_computes():
 
 def test_a_cpu_quota_caps_the_plan(monkeypatch, closing):
     monkeypatch.setattr(autoconfig, "usable_cpus", lambda: Cpus(1, 1, "cgroup CPU quota 1 of 64 CPUs"))
-    plan = autoconfig.plan_pool(None, None, 200e-6, [lambda: bench_like_heavy()] * 8)
+    plan = autoconfig.plan_pool(PoolOptions(), [lambda: bench_like_heavy()] * 8)
     assert plan.n_workers + plan.main_shard == 1 and "1 cores" in plan.reason
 
 
