@@ -123,9 +123,7 @@ def run(tmp_path, make_vec: str, setup_lines: str = SETUP_LINES, num_envs: int =
     (tmp_path / "probe_env.py").write_text(PROBE_MODULE)
     script = SCRIPT.format(setup_lines=setup_lines, make_vec=make_vec.format(num_envs=num_envs), num_envs=num_envs)
     (tmp_path / "train.py").write_text(script)
-    result = subprocess.run(
-        [sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT
-    )
+    result = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
     assert result.returncode == 0, f"exit code {result.returncode}\n{result.stdout}\n{result.stderr}"
     log = (tmp_path / "train.log").read_text()
     (tmp_path / "train.log").unlink()

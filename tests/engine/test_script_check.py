@@ -1,0 +1,137 @@
+"""Which lines of a main script workers would miss: scripts that must warn and scripts that must not."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from shmvec.engine import script_check
+from shmvec.engine.script_check import missed_lines, setup_is_shared
+from shmvec.options import PoolOptions
+
+
+def missed(source: str) -> list[int]:
+    return [number for number, _ in missed_lines(textwrap.dedent(source))]
+
+
+QUIET_SCRIPTS = {
+    "imports, definitions and constants": """
+        import gymnasium as gym
+        from stable_baselines3 import PPO
+        N_ENVS = 8
+        def make():
+            return gym.make("CartPole-v1")
+        class Net:
+            pass
+    """,
+    "what is carried": """
+        import logging, os, random, sys, warnings
+        import numpy as np
+        import gymnasium as gym
+        from gymnasium.envs.registration import register
+        logging.basicConfig(level=logging.INFO)
+        logging.getLogger("mylib").setLevel(logging.DEBUG)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        np.random.seed(0)
+        random.seed(0)
+        os.environ["MUJOCO_GL"] = "egl"
+        os.environ.update({"A": "1"})
+        sys.path.insert(0, "envs")
+        gym.register("MyEnv-v0", entry_point="envs:MyEnv")
+        register(id="Other-v0", entry_point="envs:Other")
+        gym.logger.set_level(40)
+    """,
+    "the script's own objects": """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--seed", type=int)
+        args = parser.parse_args()
+        config = {}
+        config["lr"] = 3e-4
+        print(args)
+    """,
+    "the main block": """
+        import torch
+        if __name__ == "__main__":
+            torch.set_default_dtype(torch.float64)
+            torch.manual_seed(0)
+    """,
+    "the main block, either way round": """
+        import torch
+        if "__main__" == __name__:
+            torch.manual_seed(0)
+    """,
+}
+
+
+@pytest.mark.parametrize("name", QUIET_SCRIPTS)
+def test_scripts_that_must_not_warn(name):
+    assert missed(QUIET_SCRIPTS[name]) == []
+
+
+def test_scripts_that_must_warn_name_their_lines():
+    source = """
+        import torch
+        import mylib
+        from gymnasium.envs.classic_control import CartPoleEnv
+        import numpy as np
+        torch.set_default_dtype(torch.float64)
+        mylib.CONFIG["x"] = 5
+        CartPoleEnv.reset = lambda self, **kw: None
+        mylib.settings.level += 1
+        np.set_printoptions(precision=3)
+        if True:
+            torch.manual_seed(0)
+        try:
+            mylib.configure()
+        except ImportError:
+            pass
+        del mylib.CONFIG["y"]
+        if __name__ == "__main__":
+            mylib.configure()
+    """
+    assert missed(source) == [6, 7, 8, 9, 10, 12, 14, 17]
+
+
+def test_a_script_that_does_not_parse_is_not_reported():
+    assert missed("def broken(:\n") == []
+
+
+def test_the_warning_is_logged_once_with_the_lines_and_the_ways_out(tmp_path, caplog):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\ntorch.set_default_dtype(torch.float64)\n")
+    script_check.warn_once.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="shmvec.script"):
+        script_check.warn_once(script)
+        script_check.warn_once(script)
+    messages = [record.getMessage() for record in caplog.records if record.name == "shmvec.script"]
+    assert len(messages) == 1
+    assert "line 2: torch.set_default_dtype(torch.float64)" in messages[0]
+    assert "worker_init=" in messages[0] and "import_main=True" in messages[0]
+
+
+def test_only_a_users_script_file_is_read(monkeypatch, tmp_path):
+    main = type("Main", (), {})()
+    monkeypatch.setitem(__import__("sys").modules, "__main__", main)
+    assert script_check.main_script() is None  # python -c, a piped script, a notebook: no file
+    script = tmp_path / "train.py"
+    script.write_text("")
+    main.__file__ = str(script)
+    assert script_check.main_script() == script.resolve()
+    main.__file__ = str(Path(pytest.__file__))  # an installed package (python -m pytest): not the user's
+    assert script_check.main_script() is None
+
+
+def test_the_set_up_is_shared_where_workers_get_it_all(monkeypatch, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\ntorch.set_default_dtype(torch.float64)\n")
+    monkeypatch.setattr(script_check, "main_script", lambda: script)
+    assert not setup_is_shared(PoolOptions(start_method="forkserver"))
+    assert setup_is_shared(PoolOptions(start_method="fork"))
+    assert setup_is_shared(PoolOptions(worker_init=print))
+    assert setup_is_shared(PoolOptions(import_main=True))
+    monkeypatch.setattr(script_check, "main_script", lambda: None)
+    assert setup_is_shared(PoolOptions())
