@@ -115,5 +115,11 @@ def test_from_kwargs_refuses_an_unknown_keyword_naming_the_owner_and_the_options
     assert str(excinfo.value) == (
         "ShmPoolVecEnv() got an unexpected keyword argument 'n_worker'; pool options are ['n_workers', "
         "'start_method', 'timeout', 'worker_threads', 'max_spin', 'main_shard', 'on_worker_failure', "
-        "'max_restarts', 'backend', 'n_nodes', 'omp_spin', 'torch_threads']"
+        "'max_restarts', 'backend', 'n_nodes', 'omp_spin', 'torch_threads', 'worker_init', 'import_main']"
     )
+
+
+def test_worker_init_must_be_callable():
+    with pytest.raises(TypeError, match="worker_init must be a callable"):
+        PoolOptions(worker_init="mylib.setup")
+    assert PoolOptions(worker_init=print).worker_init is print

@@ -65,12 +65,12 @@ def time_env_and_machine(
         deadline = time.perf_counter() + budget
         while len(env_batches) * TIMING_BATCH < max_steps:
             actions = [env.action_space.sample() for _ in range(TIMING_BATCH)]  # drawn untimed
-            start_queued = run_queue_wait()
             start, start_cpu = time.perf_counter(), time.thread_time()
+            start_queued = run_queue_wait()  # within the wall time: a preemption in the read counts on both sides
             for action in actions:
                 _step_or_reset(env, action)
-            wall, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
             queued = run_queue_wait() - start_queued
+            wall, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
             env_batches.append(wall / TIMING_BATCH)
             cpu_shares.append(cpu_share(wall, cpu, queued))
             loop_batches.append(_time_reference_loops())
