@@ -174,15 +174,18 @@ def test_cpu_share_discounts_the_run_queue_wait(wall, cpu, queued, share):
 def test_the_run_queue_wait_grows_while_another_process_holds_this_threads_cpu():
     before = os.sched_getaffinity(0)
     cpu = cpus()[0]
+    run_queue = env_timing.RunQueue()
     try:
         os.sched_setaffinity(0, {cpu})  # this thread only
         with busy_processes([cpu]):
-            start_queued, start, start_cpu = env_timing.run_queue_wait(), time.perf_counter(), time.thread_time()
+            start, start_cpu = time.perf_counter(), time.thread_time()
+            start_queued = run_queue.wait()
             while time.perf_counter() - start < 0.5:
                 pass
+            queued = run_queue.wait() - start_queued
             wall, used = time.perf_counter() - start, time.thread_time() - start_cpu
-            queued = env_timing.run_queue_wait() - start_queued
     finally:
         os.sched_setaffinity(0, before)
+        run_queue.close()
     assert queued > 0.1 * wall, (wall, used, queued)  # about half of it, where both share the CPU fairly
     assert env_timing.cpu_share(wall, used, queued) > 0.8, (wall, used, queued)  # a busy loop stays CPU-bound
