@@ -85,6 +85,7 @@ class CopyFences:
 
     def __init__(self, num_envs: int):
         self._last_read = np.zeros(num_envs, dtype=np.int64)  # per row: the copy that read it last (0: none)
+        self._last_read_max = 0  # the last copy that read any row
         self._events: deque[tuple[int, Any]] = deque()  # (copy number, its event), oldest first
         self._spare: list[Any] = []  # events known complete, to record again
         self._issued = self._done = 0
@@ -94,10 +95,19 @@ class CopyFences:
         return self._spare.pop() if self._spare else None
 
     def add(self, event: Any, rows: np.ndarray | slice | None) -> None:
-        """A copy was issued and ``event`` recorded after it; it reads ``rows`` (None: none of the shared rows)."""
+        """A copy was issued and ``event`` recorded after it; it reads ``rows`` (None: none of the shared rows).
+
+        The events kept are those of copies that read rows, which :meth:`before_write` waits
+        for and then reuses, and the last one (:meth:`wait_all`). A copy that reads no row (a
+        gathered batch: nearly every batch of an async pool) is never waited for once a later
+        copy is issued, so its event is dropped then (not reused: it may not be complete).
+        """
         self._issued += 1
+        if self._events and self._events[-1][0] > self._last_read_max:
+            self._events.pop()  # the previous copy read no row (see above)
         if rows is not None:
             self._last_read[rows] = self._issued
+            self._last_read_max = self._issued
         self._events.append((self._issued, event))
 
     def before_write(self, rows: np.ndarray | None = None) -> None:

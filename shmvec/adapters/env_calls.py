@@ -24,6 +24,7 @@ from shmvec.errors import (
     StepStateError,
     StepTimeoutError,
 )
+from shmvec.ipc.interrupts import holding
 from shmvec.ipc.protocol import RunOps
 
 # Names `call` refuses, as AsyncVectorEnv does: they would bypass the shared buffers
@@ -40,6 +41,7 @@ class EnvCalls:
     batch_size: int | None
     closed: bool
 
+    @holding
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``env.get_wrapper_attr(name)(*args, **kwargs)`` in every env, or return the attribute if not callable.
 
@@ -56,6 +58,7 @@ class EnvCalls:
         self.call_async(name, *args, **kwargs)
         return self.call_wait()
 
+    @holding
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         """Start :meth:`call` in every env; :meth:`call_wait` returns the results.
 
@@ -71,6 +74,7 @@ class EnvCalls:
         self._pool.call_async(RunOps(dict.fromkeys(range(self.num_envs), ops.CallOrGet(name, args, kwargs))))
         self._state = AsyncState.WAITING_CALL
 
+    @holding
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for the call started by :meth:`call_async`; return one result per env, in env order.
 

@@ -30,12 +30,8 @@ from shmvec.adapters.gym_results import GymResults
 from shmvec.adapters.torch_device import DeviceHandoff
 from shmvec.backends import make_pool
 from shmvec.engine.interface import Engine
-from shmvec.errors import (
-    ResetNeededError,
-    SpaceMismatchError,
-    StepTimeoutError,
-    WorkerDiedError,
-)
+from shmvec.errors import ResetNeededError, SpaceMismatchError, StepTimeoutError, WorkerDiedError
+from shmvec.ipc.interrupts import holding
 from shmvec.ipc.protocol import Reset
 from shmvec.options import PoolOptions, options_doc
 
@@ -171,13 +167,8 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
             self.action_space = batch_space(self.single_action_space, self.num_envs)
             self._obs_leaves = pool.obs_leaves
             self._flat_obs = pool.obs_leaves.get(()) if len(pool.obs_leaves) == 1 else None
-            self._actions = GymActions(
-                self.single_action_space,
-                self.action_space,
-                self.num_envs,
-                pool.action_leaves,
-                pool.pickled_action_paths,
-            )
+            leaves = pool.action_leaves, pool.pickled_action_paths
+            self._actions = GymActions(self.single_action_space, self.action_space, self.num_envs, *leaves)
             # DISABLED mode: envs whose episode ended and that were not reset since.
             self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
             self._reset_mask: np.ndarray | None = None  # the pending reset's, between reset_async and reset_wait
@@ -189,6 +180,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
 
     # -- reset ---------------------------------------------------------------------
 
+    @holding
     def reset(
         self,
         *,
@@ -219,6 +211,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
         self.reset_async(seed=seed, options=options)
         return self.reset_wait()
 
+    @holding
     def reset_async(
         self,
         seed: int | Sequence[int | None] | None = None,
@@ -243,6 +236,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
         self._reset_mask = mask
         self._state = AsyncState.WAITING_RESET
 
+    @holding
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the reset started by :meth:`reset_async` and return ``(obs, infos)``, as :meth:`reset` does.
 
@@ -268,6 +262,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
 
     # -- stepping ------------------------------------------------------------------
 
+    @holding
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with its action; return ``(obs, rewards, terminations, truncations, infos)``.
 
@@ -294,6 +289,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
         self.step_async(actions)
         return self.step_wait()
 
+    @holding
     def step_async(self, actions: Any) -> None:
         """Check the actions, write them to shared memory and start the step.
 
@@ -324,6 +320,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
         self._pool.step_async(pickled or None)
         self._state = AsyncState.WAITING_STEP
 
+    @holding
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Wait for the step started by :meth:`step_async` and return its results.
 

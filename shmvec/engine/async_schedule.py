@@ -26,6 +26,7 @@ from shmvec.engine.rare_calls import Requests
 from shmvec.engine.restart import Restart, Restarter
 from shmvec.engine.shard import EnvFailed, Shard, with_shm_finals
 from shmvec.ipc import layout as lay
+from shmvec.ipc.interrupts import holding, raise_held
 from shmvec.ipc.pickled import PickledLeaves
 from shmvec.ipc.protocol import ErrorReport, Reset, StepInfo
 from shmvec.ipc.signals import Signal
@@ -95,6 +96,7 @@ class AsyncSchedule(EnvStates):
 
     # -- reset -----------------------------------------------------------------------
 
+    @holding  # Ctrl-C waits until the envs' states and the posts agree (see ipc.interrupts)
     def reset(self, kwargs: dict[int, dict[str, Any]]) -> None:
         """Start ``env_i.reset(**kwargs[i])``; the envs come back through :meth:`recv`.
 
@@ -110,12 +112,13 @@ class AsyncSchedule(EnvStates):
     def _finish_reset(self, timeout: float | None = None) -> None:
         if self._resetting:
             ids, self._resetting = self._resetting, []
-            infos = self.requests.wait(timeout)
+            infos = self.requests.wait(timeout, resumable=False)  # else its envs would stay in flight for good
             self.records.update((i, StepInfo(i, infos[i])) for i in ids)
             self.queue_all(ids)
 
     # -- send ----------------------------------------------------------------------
 
+    @holding
     def send(self, env_ids: np.ndarray) -> None:
         """Step ``env_ids`` (their actions are in the action rows); :meth:`recv` returns them."""
         self.pool.ensure_can_send(resetting=bool(self._resetting))
@@ -151,6 +154,7 @@ class AsyncSchedule(EnvStates):
 
     # -- recv ----------------------------------------------------------------------
 
+    @holding
     def recv(self, batch_size: int, timeout: float | None = None) -> tuple[np.ndarray, dict[int, StepInfo]]:
         """The first ``batch_size`` envs to finish, and the records of those that sent one."""
         self.pool.check_usable()
@@ -166,6 +170,7 @@ class AsyncSchedule(EnvStates):
             if len(self.fifo) >= batch_size:
                 break
             if not ready.wait(LIVENESS_INTERVAL):
+                raise_held()  # a Ctrl-C held meanwhile: what the scans took is queued, nothing is half-counted
                 self._check_alive(deadline, timeout)
         ids = self._dequeue(batch_size)
         env_ids = np.array(ids, dtype=np.int64)

@@ -77,10 +77,11 @@ class WorkerLink:
     def post(self, command: int) -> None:
         """Have the worker run ``command``; it answers through ``done`` (then the pipe if flagged).
 
-        From the store to the post nothing can raise KeyboardInterrupt (CPython raises it
-        on entering a function, after a call returns and at loop jumps; the post is one C
-        call), so the word, the seq and the post happen together or not at all: a word
-        without its post would leave the worker's count of posts one behind the seqs for good.
+        The word, the seq and the post happen together or not at all: a word without its post
+        would leave the worker's count of posts one behind the seqs for good. Every caller runs
+        inside a pool call that holds Ctrl-C (:mod:`shmvec.ipc.interrupts`), so no
+        KeyboardInterrupt falls in between, nor between a ``done`` taken in :meth:`wait` and
+        :attr:`owes`, or a message read in :meth:`recv` and :attr:`owes`.
         """
         seq = self.seq + 1
         word = post_word(seq, self.sent, command)

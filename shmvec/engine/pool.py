@@ -88,8 +88,8 @@ from shmvec.engine.step_tree import StepTree
 from shmvec.engine.timing_run import timer
 from shmvec.engine.validation import check_env_fns, check_same_spaces
 from shmvec.engine.worker_waits import WorkerWaits
+from shmvec.ipc import interrupts, pickled
 from shmvec.ipc import layout as lay
-from shmvec.ipc import pickled
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.arena import OwnedArena
 from shmvec.ipc.info_rows import InfoReader, InfoWriter
@@ -266,6 +266,7 @@ class ShmPool(WorkerWaits, EngineBase):
 
     # -- the synchronous step ------------------------------------------------------
 
+    @interrupts.holding  # Ctrl-C waits until the posts and counts agree
     def step_async(self, pickled_actions: dict[tuple, Sequence[Any]] | None = None) -> None:
         """Start a step with the actions already written into :attr:`actions`.
 
@@ -296,6 +297,7 @@ class ShmPool(WorkerWaits, EngineBase):
             return _WAIT_OWN
         return _WAIT_SPIN if time.perf_counter() - self.caller.returned_at < CALLER_SPIN else _WAIT_BLOCK
 
+    @interrupts.holding
     def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
         """Wait for the pending step (``timeout`` overrides the pool's); results are in the arena views.
         Returns the records the workers sent (infos, episode ends)."""
@@ -307,17 +309,15 @@ class ShmPool(WorkerWaits, EngineBase):
             except EnvFailed as failure:
                 main_failure = failure
         dead: list[WorkerLink] | None = [] if self.restarter else None
-        tree = self._step_tree
-        replies = self.collect(self.links, timeout, dead) if tree is None else tree.collect(self.collect, timeout)
+        tree, end = self._step_tree, self.deadline(timeout)  # one deadline, however many waits the step takes
+        replies = tree.collect(self.collect, timeout, end) if tree else self.collect(self.links, timeout, dead, end)
         if main_failure is not None:
             raise main_shard_error(main_failure)
         for link in dead or ():
             replies[link.index] = self.restarter.restart_in_step(link)
-        if main_infos:  # the envs' own objects; worker infos arrive as copies
-            main_infos = [copied_record(record) for record in main_infos]
-        records = self.pickled.keep_obs(
-            [r for reply in replies for r in reply] + main_infos if any(replies) else main_infos
-        )
+        main_infos = [copied_record(r) for r in main_infos] if main_infos else []  # copies, as workers' infos arrive
+        records = [r for reply in replies for r in reply] + main_infos if any(replies) else main_infos
+        records = self.pickled.keep_obs(records)
         self.info_groups = []
         if _count_nonzero(self.info_reader.codes):  # infos written in shared rows (by workers, or the main shard)
             if self.info_columns:
@@ -345,8 +345,7 @@ class ShmPool(WorkerWaits, EngineBase):
         """``env_i.reset(**kwargs[i])`` for each named env; observations land in the arena
         (pickled leaves in :attr:`pickled.obs <shmvec.ipc.pickled.PickledLeaves.obs>`). Returns their infos."""
         self._turn_for_reset(kwargs)
-        self.requests.send(Reset(kwargs))
-        return self.requests.wait()
+        return self.requests.call(Reset(kwargs))
 
     def _next_obs_buffer(self) -> None:
         super()._next_obs_buffer()
@@ -357,8 +356,7 @@ class ShmPool(WorkerWaits, EngineBase):
 
     def run(self, ops: dict[int, Callable[[gym.Env], Any]]) -> dict[int, Any]:
         """Apply ``ops[i](env_i)`` inside the workers; return ``{i: result}``."""
-        self.requests.send(RunOps(ops))
-        return self.requests.wait()
+        return self.requests.call(RunOps(ops))
 
     # -- placement -----------------------------------------------------------------
 

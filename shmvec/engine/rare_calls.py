@@ -16,6 +16,7 @@ from shmvec.engine.failures import main_shard_error
 from shmvec.engine.link import WorkerLink
 from shmvec.engine.restart import Restart
 from shmvec.engine.shard import EnvFailed, Shard
+from shmvec.ipc.interrupts import holding
 from shmvec.ipc.pickled import PickledLeaves
 from shmvec.ipc.protocol import Reset, RunOps
 
@@ -29,7 +30,7 @@ class RequestsHost(Protocol):
     def ensure_can_step(self, beside_sends: bool = False) -> None: ...
     def take_pending(self, kind: str) -> None: ...
     def settle(self) -> None: ...
-    def collect(self, links: Sequence[WorkerLink], timeout: float | None = None) -> list[Any]: ...
+    def collect(self, links: Sequence[WorkerLink], timeout: float | None = None, **kwargs: Any) -> list[Any]: ...
     def blame_dead(self, link: WorkerLink) -> Restart | None: ...
     def break_for(self, reason: str) -> NoReturn: ...
 
@@ -55,6 +56,7 @@ class Requests:
         self._links: list[WorkerLink] = []  # the workers the pending request went to
         self._main_part: Reset | RunOps | None = None
 
+    @holding  # Ctrl-C waits until the posts and counts agree (see ipc.interrupts)
     def send(self, request: Reset | RunOps, beside_sends: bool = False) -> None:
         """Send a rare request (keyed by env index) to the workers of the envs it names.
 
@@ -83,8 +85,12 @@ class Requests:
                     pool.break_for(restart.death)
                 raise exc
 
-    def wait(self, timeout: float | None = None) -> dict[int, Any]:
+    @holding
+    def wait(self, timeout: float | None = None, resumable: bool = True) -> dict[int, Any]:
         """The merged ``{env index: result}`` of the pending request (a reset replies infos).
+
+        ``resumable``: whether a Ctrl-C may stop the wait, leaving the pool to absorb the
+        replies later; else it breaks the pool (an async reset: its envs would never come back).
 
         Raises:
             NoPendingCallError: no request is pending.
@@ -98,11 +104,17 @@ class Requests:
             except EnvFailed as failure:
                 main_failure = failure
             self._main_part = None
-        for reply in self.pool.collect(self._links, timeout):
+        for reply in self.pool.collect(self._links, timeout, resumable=resumable):
             merged.update(reply)
         if main_failure is not None:
             raise main_shard_error(main_failure)
         return self.pickled.keep_reset_obs(merged)
+
+    @holding  # one call: a Ctrl-C between the two would leave the request pending for good
+    def call(self, request: Reset | RunOps) -> dict[int, Any]:
+        """:meth:`send` ``request``, then :meth:`wait` for its replies."""
+        self.send(request)
+        return self.wait()
 
     def _split(self, by_env: dict[int, Any]) -> dict[int, dict[int, Any]]:
         parts: dict[int, dict[int, Any]] = {}

@@ -17,6 +17,11 @@ Answers: each worker still posts its own ``done``; :meth:`StepTree.take_answers`
 already there in one tight pass (no wait, no per-worker status read: one numpy read of every
 status after it) and leaves the late ones to the pool's generic wait.
 
+Ctrl-C: the words, the seqs and the posts of :meth:`StepTree.post`, and the takes and counts of
+:meth:`StepTree.take_answers`, must agree. Both run inside the pool's step calls, which hold
+SIGINT until they end or reach a wait's slice (:mod:`shmvec.ipc.interrupts`): no
+KeyboardInterrupt falls between them, whatever thread the kernel delivers SIGINT to.
+
 Only steps go through the tree. Every other command (rare calls, async sends, CLOSE) is
 posted by the main process to the worker itself, and a worker acts on a CLOSE word at once
 (:func:`shmvec.engine.worker._catch_up`), so closing never waits on a parent that will not
@@ -26,7 +31,6 @@ before forwarding would leave its children waiting.
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable
 
 import numpy as np
@@ -38,7 +42,6 @@ from shmvec.ipc.protocol import SENT_SHIFT, SENT_SPAN, SEQ_SHIFT, SEQ_SPAN, Comm
 
 FANOUT = 8  # posts per process and step: the main process's roots, and each worker's children
 
-_SIGINT = {signal.SIGINT}
 _STEP = int(Command.STEP)
 
 
@@ -76,34 +79,28 @@ class StepTree:
     def post(self, next_wait: int) -> None:
         """Start a step on every worker (their action rows are written).
 
-        SIGINT waits until the words, the seqs and the posts agree (see
-        :meth:`WorkerLink.post <shmvec.engine.link.WorkerLink.post>`): a Ctrl-C in between
-        would leave a seq that no post matches.
+        The words, the seqs and the posts must agree: a seq that no post matches would leave a
+        worker waiting for it. The caller holds Ctrl-C meanwhile (:mod:`shmvec.ipc.interrupts`).
         """
         links, ctrl = self.links, self.ctrl
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
-        try:
-            ctrl[:, lay.CTRL_NEXT_WAIT] = next_wait  # before the post: the worker reads it after the step
-            ctrl[:, lay.CTRL_POST] = [  # protocol.post_word(seq + 1, sent, STEP), inlined: one list, one store
-                ((link.seq + 1) % SEQ_SPAN) << SEQ_SHIFT | (link.sent % SENT_SPAN) << SENT_SHIFT | _STEP
-                for link in links
-            ]
-            for link in links:
-                link.seq += 1
-                link.owes = AWAIT_DONE
-            for post in self.root_posts:
-                post()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        ctrl[:, lay.CTRL_NEXT_WAIT] = next_wait  # before the post: the worker reads it after the step
+        ctrl[:, lay.CTRL_POST] = [  # protocol.post_word(seq + 1, sent, STEP), inlined: one list, one store
+            ((link.seq + 1) % SEQ_SPAN) << SEQ_SHIFT | (link.sent % SENT_SPAN) << SENT_SHIFT | _STEP for link in links
+        ]
+        for link in links:
+            link.seq += 1
+            link.owes = AWAIT_DONE
+        for post in self.root_posts:
+            post()
 
-    def collect(self, collect: Callable[..., list], timeout: float | None) -> list:
-        """The replies of the step, by worker (by the pool's ``collect``): the last-posted worker's
-        first; by then most others are done, and their answers are taken in one pass. Replies
-        stay in worker order, so records stay in env order (infos' key order depends on it)."""
+    def collect(self, collect: Callable[..., list], timeout: float | None, deadline: float | None) -> list:
+        """The replies of the step, by worker (by the pool's ``collect``, to one ``deadline``): the
+        last-posted worker's first; by then most others are done, and their answers are taken in one
+        pass. Replies stay in worker order, so records stay in env order (infos' key order depends on it)."""
         replies: list = [[]] * len(self.links)
-        (replies[-1],) = collect(self.links[-1:], timeout)
+        (replies[-1],) = collect(self.links[-1:], timeout, deadline=deadline)
         owing = self.take_answers()
-        for link, reply in zip(owing, collect(owing, timeout)):
+        for link, reply in zip(owing, collect(owing, timeout, deadline=deadline)):
             replies[link.index] = reply
         return replies
 
@@ -113,21 +110,17 @@ class StepTree:
         the pool's wait. Called once the last-posted worker answered, when most others have too.
 
         A taken post publishes its worker's status and rows (acquire), so the statuses are
-        read after the pass. SIGINT waits, so that no taken post is left uncounted.
+        read after the pass. The caller holds Ctrl-C, so that no taken post is left uncounted.
         """
         links, late = self.links[:-1], []
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
-        try:
-            for link, take in zip(links, self.done_takes):
-                try:
-                    take(0)
-                except posix_ipc.BusyError:
-                    late.append(link)
-                else:
-                    link.owes = IDLE
-            owing = [links[k] for k in np.flatnonzero(self.statuses[:-1]).tolist() if links[k].owes == IDLE]
-            for link in owing:
-                link.owes = AWAIT_PAYLOAD
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for link, take in zip(links, self.done_takes):
+            try:
+                take(0)
+            except posix_ipc.BusyError:
+                late.append(link)
+            else:
+                link.owes = IDLE
+        owing = [links[k] for k in np.flatnonzero(self.statuses[:-1]).tolist() if links[k].owes == IDLE]
+        for link in owing:
+            link.owes = AWAIT_PAYLOAD
         return owing + late

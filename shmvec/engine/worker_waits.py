@@ -2,7 +2,11 @@
 or a silence raises (:class:`WorkerWaits`, a part of :class:`~shmvec.engine.pool.ShmPool`).
 
 In restart mode a worker found dead is not raised: the wait claims a restart for it and
-returns the claim (a :class:`~shmvec.engine.restart.Restart`), which its caller acts on."""
+returns the claim (a :class:`~shmvec.engine.restart.Restart`), which its caller acts on.
+
+Every wait runs inside a pool call that holds Ctrl-C (:mod:`shmvec.ipc.interrupts`); a wait
+raises the KeyboardInterrupt held after a slice that ended without an answer, where what is
+owed is still counted as owed (:meth:`WorkerWaits.collect`)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from shmvec.engine.failures import not_answered, ranges, remote_error
 from shmvec.engine.link import AWAIT_DONE, IDLE, LIVENESS_INTERVAL, NOTHING, WorkerLink
 from shmvec.engine.restart import Restart
 from shmvec.errors import ShmVecError, StepTimeoutError, WorkerDiedError
+from shmvec.ipc.interrupts import held, raise_held
 from shmvec.ipc.protocol import ErrorReport
 
 
@@ -28,27 +33,44 @@ class WorkerWaits(Breakable):
     options: Any  # PoolOptions
     _res: Any  # PoolResources: ``arena`` (None while starting), ``graceful``
 
-    def collect(self, links: Sequence[WorkerLink], timeout: float | None = None, dead: list | None = None) -> list[Any]:
+    def collect(
+        self,
+        links: Sequence[WorkerLink],
+        timeout: float | None = None,
+        dead: list | None = None,
+        deadline: float | None = None,
+        resumable: bool = True,
+    ) -> list[Any]:
         """Wait until each link answered; return their replies (by position), raising the first error.
 
         With a ``dead`` list (restart mode, steps), a worker that died is appended to it,
         while the restart budget lasts, with an empty reply in its place, instead of raising.
+        ``deadline``: the call's, when it waits more than once (else one from ``timeout``).
+
+        A Ctrl-C held during the call (:mod:`shmvec.ipc.interrupts`) is raised after a slice
+        that ended without an answer: nothing was taken and left uncounted there, and what is
+        still owed stays owed, for :meth:`settle` to absorb. Unless the wait is ``resumable``
+        (an async reset's, whose envs would never come back) the pool breaks first.
         """
         if not links:  # everything runs in the main process
             return []
-        deadline = self.deadline(timeout)
+        deadline = self.deadline(timeout) if deadline is None else deadline
         replies, error = [], None
         for link in links:
             restart = None
             if link.owes == AWAIT_DONE:
                 while not link.wait(LIVENESS_INTERVAL):
+                    if held():
+                        self._interrupted(resumable and not dead)
                     restart = self.check_alive(link, deadline, timeout)
                     if restart is not None:
                         break
             if link.owes == IDLE:
                 message = []
             else:
-                message = self.message_from(link, timeout) if restart is None else restart
+                message = restart
+                if restart is None:
+                    message = self.message_from(link, timeout, deadline=deadline, interruptible=resumable and not dead)
                 if isinstance(message, Restart):
                     if dead is None:  # restarts happen in steps only
                         self.break_for(message.death)
@@ -62,15 +84,30 @@ class WorkerWaits(Breakable):
             raise remote_error(error)
         return replies
 
+    def _interrupted(self, resumable: bool) -> None:
+        """Raise the KeyboardInterrupt held during the call; break the pool first unless the wait is resumable."""
+        if not resumable:
+            self._broken = "a KeyboardInterrupt stopped a wait that cannot resume (an async reset, or a restart)"
+        raise_held()
+
     def deadline(self, timeout: float | None) -> float | None:
         timeout = self.timeout if timeout is None else timeout
         return None if timeout is None else time.monotonic() + timeout
 
-    def message_from(self, link: WorkerLink, timeout: float | None = None, send_reply: bool = False) -> Any:
+    def message_from(
+        self,
+        link: WorkerLink,
+        timeout: float | None = None,
+        send_reply: bool = False,
+        deadline: float | None = None,
+        interruptible: bool = False,
+    ) -> Any:
         """One message from ``link`` (``send_reply``: an async send's), watching every worker's liveness;
-        a :class:`~shmvec.engine.restart.Restart` instead if ``link`` died and a restart is claimed for it."""
+        a :class:`~shmvec.engine.restart.Restart` instead if ``link`` died and a restart is claimed for it.
+        ``deadline``: the call's (else one from ``timeout``); ``interruptible``: a Ctrl-C held during the
+        call is raised after a slice with no message (see :meth:`collect`)."""
         timeout = self.timeout if timeout is None else timeout
-        deadline = self.deadline(timeout)
+        deadline = self.deadline(timeout) if deadline is None else deadline
         while True:
             try:
                 message = link.recv(LIVENESS_INTERVAL, send_reply)
@@ -81,6 +118,8 @@ class WorkerWaits(Breakable):
                 raise exc
             if message is not NOTHING:
                 break
+            if interruptible:
+                raise_held()
             restart = self.check_alive(link, deadline, timeout)
             if restart is not None:
                 return restart

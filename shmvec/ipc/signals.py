@@ -119,8 +119,8 @@ class Signal:
             return False
         except posix_ipc.SignalError:
             # A signal interrupted the wait. Report "nothing yet": Python runs the handler at
-            # the next bytecode (Ctrl-C then surfaces as a plain KeyboardInterrupt) and the
-            # caller, which waits in a loop anyway, waits again.
+            # the next bytecode; inside a pool call it only records a Ctrl-C, which the caller
+            # raises at once, as no post was taken (ipc.interrupts); else the caller waits again.
             return False
         if learn and spin > 0.0:  # a blocked wait while off (no probe) says nothing new (see the module doc)
             self._learn(hit=False)

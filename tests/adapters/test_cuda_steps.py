@@ -6,8 +6,8 @@
   by the finalizer of an env never closed; a failure warns once and copies go on pageable.
 - Copies (``shmvec.adapters.torch_device.cuda_calls``, replaced by CPU stand-ins whose events
   complete in stream order): the results equal ``SyncVectorEnv``'s on every path (whole steps,
-  contiguous and scattered async batches), and no command lets the workers rewrite a row
-  before the copy that reads it is done.
+  contiguous and scattered async batches), no command lets the workers rewrite a row
+  before the copy that reads it is done, and the events of gathered batches do not pile up.
 """
 
 from __future__ import annotations
@@ -392,3 +392,33 @@ def test_copy_fences_wait_only_for_copies_of_the_rows_written():
     assert third.done and not fourth.done
     fences.wait_all()
     assert fourth.done
+
+
+def test_copies_that_read_no_row_keep_no_event():
+    """A gathered batch's copy reads pinned staging memory, no shared row: once a later copy is issued nothing
+    waits for its event, so at most the last one is kept, however many batches go by (one each, for good, before)."""
+    fences, stream = cuda_copies.CopyFences(6), FakeStream()
+    rows = np.array([0, 2, 5])
+    for _ in range(100_000):
+        fences.add(FakeEvent(stream), None)  # recv: a gathered batch
+        fences.before_write(rows)  # send to its envs
+    assert len(fences._events) == 1
+    fences.add(FakeEvent(stream), slice(0, 3))  # a contiguous run, read from the arena: kept until written
+    fences.add(last := FakeEvent(stream), None)
+    assert [number for number, _ in fences._events] == [100_001, 100_002]
+    fences.before_write(np.array([1]))
+    fences.wait_all()
+    assert last.done and not fences._events
+
+
+def test_async_batches_do_not_pile_up_events(fake_cuda, closing):
+    env = closing(ShmVectorEnv([CARTPOLE] * 6, 2, batch_size=4, start_method="fork", device="cuda"))
+    env.async_reset(seed=0)
+    gathered = 0
+    for _ in range(400):
+        *_, infos = env.recv()
+        ids = infos["env_id"]
+        gathered += bool((np.diff(ids) != 1).any())
+        env.send(np.zeros(len(ids), dtype=np.int64), ids)
+    assert gathered > 100  # most batches mix the workers' envs: their rows are gathered
+    assert len(env._device._copies.fences._events) <= 2

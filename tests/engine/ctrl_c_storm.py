@@ -1,0 +1,197 @@
+"""A Ctrl-C storm, run as a script by tests/engine/test_interrupts.py: ``python ctrl_c_storm.py N_WORKERS MODE HELPER``.
+
+Another process sends SIGINT every 0.1-1 ms to this one, which steps 12 CartPoles (``MODE``:
+``sync`` steps or ``async`` send/recv of every env of a ShmVectorEnv, or ``engine``: the ShmPool
+under it, as SB3's adapter drives it) with ``N_WORKERS`` workers, with an idle helper thread
+(``HELPER`` 1) or without. After each KeyboardInterrupt it steps on, comparing
+every step that returned with ``SyncVectorEnv``; then, the storm over, 50 quiet steps. It
+prints what it counted as one JSON line. A script apart from the test module: it imports
+neither pytest nor SB3 (fast to start), and an interrupt that escapes its own loop ends only it.
+
+An interrupted step may or may not have run, so after each interrupt both are reset with a
+new seed. A reset takes ~1 ms, longer than the storm leaves between two signals on average:
+after 3 resets in a row were interrupted, the sender pauses for the next one (it still gets
+the signal it had sent already).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from shmvec import ShmVectorEnv
+from shmvec.engine.pool import ShmPool
+from shmvec.options import PoolOptions
+
+N_ENVS = 12
+STORM_SECONDS = 2.5
+TRIES_IN_THE_STORM = 3  # interrupted resets in a row before the sender pauses for one
+SENDER = """
+import os, random, select, signal, sys
+pid, rng, paused = int(sys.argv[1]), random.Random(0), False
+while True:
+    if select.select([0], [], [], rng.uniform(1e-4, 1e-3))[0]:
+        told = os.read(0, 64)
+        if not told:
+            break
+        paused = told.endswith(b"p")
+    elif not paused:
+        os.kill(pid, signal.SIGINT)
+"""
+
+
+def cartpole():
+    return gym.make("CartPole-v1")
+
+
+def same_step(got, want) -> bool:
+    return all(np.array_equal(g, w) for g, w in zip(got[:4], want[:4])) and got[4].keys() == want[4].keys()
+
+
+class Storm:
+    """One process stepping ``env`` (``mode``: ``sync``/``async``, a ShmVectorEnv; ``engine``, a ShmPool)
+    and a reference through a storm of SIGINTs; what it counted."""
+
+    def __init__(self, env: ShmVectorEnv | ShmPool, mode: str, sender: subprocess.Popen | None):
+        self.env, self.mode, self.sender = env, mode, sender
+        self.ref = gym.vector.SyncVectorEnv([cartpole] * N_ENVS)
+        self.rng = np.random.default_rng(0)
+        self.seed, self.synced, self.tries, self.paused = 0, False, 0, False
+        self.counts = {"interrupts": 0, "steps": 0, "resyncs": 0, "quiet_resyncs": 0, "mismatches": 0}
+        self.errors: list[str] = []
+
+    def pause(self, paused: bool) -> None:
+        if self.sender is not None:
+            os.write(self.sender.stdin.fileno(), b"p" if paused else b"g")
+        self.paused = paused
+
+    def step(self) -> None:
+        """One step compared with the reference, after a reset of both if an interrupt may have parted them.
+
+        ``synced`` is cleared before anything that an interrupt could leave half done, and set
+        only once both agree again: whatever instant an interrupt hits, the next call resyncs.
+        """
+        if not self.synced:
+            self.tries += 1
+            if self.tries > TRIES_IN_THE_STORM and not self.paused:
+                self.pause(True)
+            self.seed += 1
+            got, want = self.reset(self.seed), self.ref.reset(seed=self.seed)[0]
+            self.counts["mismatches"] += not np.array_equal(got, want)
+            self.synced = True
+            self.counts["quiet_resyncs" if self.paused else "resyncs"] += 1
+            self.tries = 0
+        if self.paused:
+            self.pause(False)
+        actions = self.rng.integers(0, 2, N_ENVS)
+        self.synced = False
+        got = self.step_env(actions)
+        want = self.ref.step(actions)
+        self.counts["mismatches"] += not same_step(got, want)
+        self.synced = True
+        self.counts["steps"] += 1
+
+    def reset(self, seed: int) -> np.ndarray:
+        env = self.env
+        if self.mode == "engine":
+            if env.pending == "step":  # interrupted between step_async and step_wait: the caller's to collect
+                env.step_wait()
+            env.reset({i: {"seed": seed + i} for i in range(N_ENVS)})
+            return env.obs_leaves[()].copy()
+        if self.mode == "async" and env._pool.batches.busy:  # an interrupted recv: its envs are still to come
+            env.recv()
+        return env.reset(seed=seed)[0]
+
+    def step_env(self, actions: np.ndarray) -> tuple:
+        env = self.env
+        if self.mode == "engine":
+            env.actions.write((), actions, actions)
+            env.step_async()
+            env.step_wait()
+            flags = env.terminated.copy(), env.truncated.copy()
+            return env.obs_leaves[()].copy(), env.rewards.astype(np.float64), *flags, {}
+        if self.mode == "async":
+            env.send(actions, np.arange(N_ENVS))
+            got = env.recv()
+            got[4].pop("env_id")
+            return got
+        return env.step(actions)
+
+    def run(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:  # the outer loop catches an interrupt that hit the inner loop's own lines
+            try:
+                while time.monotonic() < end:
+                    try:
+                        self.step()
+                    except KeyboardInterrupt:
+                        self.counts["interrupts"] += 1
+                    except Exception as exc:  # a wrong state: AlreadyPendingError, StepTimeoutError (a hang)...
+                        self.errors.append(f"{type(exc).__name__}: {exc}")
+                        return
+            except KeyboardInterrupt:
+                self.counts["interrupts"] += 1
+
+
+def ignore_sigint() -> None:
+    """SIGINT ignored from now on (the storm is over, its last signals may still come)."""
+    for _ in range(3):  # a signal pending raises before the swap; the next comes >= 0.1 ms later
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            return
+        except KeyboardInterrupt:
+            pass
+
+
+def storm(n_workers: int, mode: str, helper: bool) -> dict:
+    """Step through a storm; return what was counted and how the process was left."""
+    stop, masks = threading.Event(), {}
+    if helper:  # idle, as torch's OpenMP threads or a Jupyter kernel's are; it reports its signal mask at the end
+
+        def idle() -> None:
+            stop.wait()
+            masks["helper"] = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+        thread = threading.Thread(target=idle, daemon=True)
+        thread.start()
+    if mode == "engine":  # the pool itself, as an adapter of its own (SB3's) uses it
+        options = PoolOptions(n_workers=n_workers, start_method="fork", timeout=5.0)
+        env = ShmPool([cartpole] * N_ENVS, options, autoreset_mode=AutoresetMode.NEXT_STEP)
+    else:
+        env = ShmVectorEnv([cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0)
+    sender = subprocess.Popen([sys.executable, "-c", SENDER, str(os.getpid())], stdin=subprocess.PIPE)
+    run = Storm(env, mode, sender)
+    try:
+        run.run(STORM_SECONDS)
+        masks["main"] = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        handler_left = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        ignore_sigint()
+        sender.stdin.close()
+        sender.wait()
+    time.sleep(0.01)  # its last signals, ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop.set()
+    if helper:
+        thread.join()
+    if not run.errors:  # quiet again: the pool must step on exactly as the reference, within its timeout
+        run.sender, run.synced = None, False
+        for _ in range(50):
+            run.step()
+    env.close()
+    blocked = {name: signal.SIGINT in mask for name, mask in masks.items()}
+    return {**run.counts, "errors": run.errors, "sigint_blocked": blocked, "default_handler_left": handler_left}
+
+
+if __name__ == "__main__":
+    n_workers, mode, helper = int(sys.argv[1]), sys.argv[2], bool(int(sys.argv[3]))
+    print(json.dumps(storm(n_workers, mode, helper)))
