@@ -281,3 +281,27 @@ def test_a_plugin_registering_its_ids_again_in_a_worker_warns_nothing(tmp_path):
     result = run_script(PLUGIN_SCRIPT, tmp_path)
     assert "stepped" in result.stdout
     assert "Overriding environment" not in result.stderr, result.stderr[:2000]
+
+
+PRELOAD_SCRIPT = """\
+import json
+from multiprocessing import forkserver
+
+import gymnasium as gym
+
+import shmvec
+
+at_import = list(forkserver._forkserver._preload_modules)
+with shmvec.ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 2, n_workers=1, start_method="forkserver"):
+    pass
+print(json.dumps([at_import, list(forkserver._forkserver._preload_modules)]))
+"""
+
+
+def test_the_forkserver_never_preloads_the_main_script_once_a_pool_starts(tmp_path):
+    """Where CPython imports a preloaded ``__main__`` in the forkserver (3.13.1+, 3.14), a guard-less
+    script would run its top level there and every worker would inherit it."""
+    result = run_script(PRELOAD_SCRIPT, tmp_path)
+    at_import, at_pool = json.loads(result.stdout.strip().splitlines()[-1])
+    assert at_import == ["__main__", "shmvec.engine.worker"]  # others' servers keep their own preload
+    assert at_pool == ["shmvec.engine.worker"]

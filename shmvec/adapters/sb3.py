@@ -15,8 +15,8 @@ from shmvec.backends import make_pool
 from shmvec.engine import ops
 from shmvec.engine.interface import Engine
 from shmvec.engine.validation import checked_column, split_actions
+from shmvec.ipc import interrupts, pinning
 from shmvec.ipc import layout as lay
-from shmvec.ipc import pinning
 from shmvec.options import PoolOptions, options_doc
 
 try:
@@ -149,6 +149,12 @@ class ShmPoolVecEnv(VecEnv):
         self.n_workers = self._pool.n_workers
 
     # -- stepping ------------------------------------------------------------------
+
+    @interrupts.holding  # one call: a Ctrl-C between the halves would leave the step pending
+    def step(self, actions: np.ndarray | Sequence[Any]) -> VecEnvStepReturn:
+        """Step every env with ``actions`` (see :meth:`step_async`); SB3's ``VecEnv.step``."""
+        self.step_async(actions)
+        return self.step_wait()
 
     def step_async(self, actions: np.ndarray | Sequence[Any]) -> None:
         """Check the actions, write them to shared memory and start the step.

@@ -251,11 +251,14 @@ def preload_in_forkserver(keep_main: bool) -> None:
     from multiprocessing import forkserver
 
     server = getattr(forkserver, "_forkserver", None)
+    if server is None:
+        return
     preload = list(getattr(server, "_preload_modules", []))
-    if not keep_main:
-        preload = [module for module in preload if module != "__main__"]
-    if server is not None and "shmvec.engine.worker" not in preload:
-        server.set_forkserver_preload([*preload, "shmvec.engine.worker"])
+    wanted = [module for module in preload if keep_main or module != "__main__"]
+    if "shmvec.engine.worker" not in wanted:
+        wanted.append("shmvec.engine.worker")
+    if wanted != preload:  # (CPython 3.13.1+ and 3.14 do import a preloaded __main__ in the server)
+        server.set_forkserver_preload(wanted)
 
 
 preload_in_forkserver(keep_main=True)  # at import: see above

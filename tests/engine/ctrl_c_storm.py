@@ -1,12 +1,13 @@
 """A Ctrl-C storm, run as a script by tests/engine/test_interrupts.py: ``python ctrl_c_storm.py N_WORKERS MODE HELPER``.
 
 Another process sends SIGINT every 0.1-1 ms to this one, which steps 12 CartPoles (``MODE``:
-``sync`` steps or ``async`` send/recv of every env of a ShmVectorEnv, or ``engine``: the ShmPool
-under it, as SB3's adapter drives it) with ``N_WORKERS`` workers, with an idle helper thread
-(``HELPER`` 1) or without. After each KeyboardInterrupt it steps on, comparing
-every step that returned with ``SyncVectorEnv``; then, the storm over, 50 quiet steps. It
-prints what it counted as one JSON line. A script apart from the test module: it imports
-neither pytest nor SB3 (fast to start), and an interrupt that escapes its own loop ends only it.
+``sync`` steps or ``async`` send/recv of every env of a ShmVectorEnv; ``engine``: the ShmPool
+under it, driven directly; ``sb3``: a ShmPoolVecEnv, compared with SB3's ``DummyVecEnv``)
+with ``N_WORKERS`` workers, with an idle helper thread (``HELPER`` 1) or without. After each
+KeyboardInterrupt it steps on, comparing every step that returned with the reference; then,
+the storm over, 50 quiet steps. It prints what it counted as one JSON line. A script apart
+from the test module: it imports neither pytest nor (but in ``sb3`` mode) SB3, and an
+interrupt that escapes its own loop ends only it.
 
 An interrupted step may or may not have run, so after each interrupt both are reset with a
 new seed. A reset takes ~1 ms, longer than the storm leaves between two signals on average:
@@ -63,7 +64,12 @@ class Storm:
 
     def __init__(self, env: ShmVectorEnv | ShmPool, mode: str, sender: subprocess.Popen | None):
         self.env, self.mode, self.sender = env, mode, sender
-        self.ref = gym.vector.SyncVectorEnv([cartpole] * N_ENVS)
+        if mode == "sb3":
+            from stable_baselines3.common.vec_env import DummyVecEnv
+
+            self.ref = DummyVecEnv([cartpole] * N_ENVS)
+        else:
+            self.ref = gym.vector.SyncVectorEnv([cartpole] * N_ENVS)
         self.rng = np.random.default_rng(0)
         self.seed, self.synced, self.tries, self.paused = 0, False, 0, False
         self.counts = {"interrupts": 0, "steps": 0, "resyncs": 0, "quiet_resyncs": 0, "mismatches": 0}
@@ -85,7 +91,7 @@ class Storm:
             if self.tries > TRIES_IN_THE_STORM and not self.paused:
                 self.pause(True)
             self.seed += 1
-            got, want = self.reset(self.seed), self.ref.reset(seed=self.seed)[0]
+            got, want = self.reset(self.seed), self.reset_ref(self.seed)
             self.counts["mismatches"] += not np.array_equal(got, want)
             self.synced = True
             self.counts["quiet_resyncs" if self.paused else "resyncs"] += 1
@@ -96,12 +102,25 @@ class Storm:
         self.synced = False
         got = self.step_env(actions)
         want = self.ref.step(actions)
-        self.counts["mismatches"] += not same_step(got, want)
+        if self.mode == "sb3":  # obs, rewards, dones, infos
+            same = all(np.array_equal(g, w) for g, w in zip(got[:3], want[:3]))
+        else:
+            same = same_step(got, want)
+        self.counts["mismatches"] += not same
         self.synced = True
         self.counts["steps"] += 1
 
+    def reset_ref(self, seed: int) -> np.ndarray:
+        if self.mode == "sb3":
+            self.ref.seed(seed)
+            return self.ref.reset()
+        return self.ref.reset(seed=seed)[0]
+
     def reset(self, seed: int) -> np.ndarray:
         env = self.env
+        if self.mode == "sb3":
+            env.seed(seed)
+            return env.reset()
         if self.mode == "engine":
             if env.pending == "step":  # interrupted between step_async and step_wait: the caller's to collect
                 env.step_wait()
@@ -166,6 +185,10 @@ def storm(n_workers: int, mode: str, helper: bool) -> dict:
     if mode == "engine":  # the pool itself, as an adapter of its own (SB3's) uses it
         options = PoolOptions(n_workers=n_workers, start_method="fork", timeout=5.0)
         env = ShmPool([cartpole] * N_ENVS, options, autoreset_mode=AutoresetMode.NEXT_STEP)
+    elif mode == "sb3":
+        from shmvec import ShmPoolVecEnv
+
+        env = ShmPoolVecEnv([cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0)
     else:
         env = ShmVectorEnv([cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0)
     sender = subprocess.Popen([sys.executable, "-c", SENDER, str(os.getpid())], stdin=subprocess.PIPE)

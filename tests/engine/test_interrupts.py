@@ -48,7 +48,7 @@ def run_storm(n_workers: int, mode: str, helper: bool) -> dict:
 @pytest.mark.parametrize(
     "n_workers, mode, helper",
     [(4, "sync", True), (12, "sync", True), (4, "async", True), (12, "async", True), (4, "engine", False)]
-    + [(12, "engine", True)],
+    + [(12, "engine", True), (12, "sb3", True)],
     ids=lambda value: {4: "flat", 12: "tree", True: "thread", False: "no-thread"}.get(value, value),
 )
 def test_a_ctrl_c_storm_leaves_every_step_right_and_sigint_as_it_was(n_workers, mode, helper):
