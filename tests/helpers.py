@@ -15,8 +15,6 @@ from typing import Any
 import numpy as np
 import psutil
 
-from shmvec import ShmPoolVecEnv
-
 SHM_DIR = "/dev/shm"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: the cwd of scripts the tests run
 
@@ -82,7 +80,7 @@ def pool_pids(env: Any) -> list[int]:
 
 def env_pids(env: Any) -> list[int]:
     """Per env, the pid its own ``pid()`` method reports (``tests/faulty.py`` envs), in env order."""
-    return list(env.env_method("pid") if isinstance(env, ShmPoolVecEnv) else env.call("pid"))
+    return list(env.env_method("pid") if hasattr(env, "env_method") else env.call("pid"))  # SB3's API, or Gymnasium's
 
 
 def descendant_pids() -> set[int]:

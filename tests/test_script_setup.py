@@ -26,6 +26,8 @@ import sys
 
 import pytest
 
+pytest.importorskip("stable_baselines3")  # the scripts compare with SB3's SubprocVecEnv
+
 TIMEOUT = 120  # seconds; a hang fails the test
 
 PROBE_MODULE = """\
