@@ -37,9 +37,9 @@ N_ENVS = 12
 STORM_SECONDS = 2.5
 TRIES_IN_THE_STORM = 3  # interrupted resets in a row before the sender pauses for one
 SENDER = """
-import os, random, select, signal, sys
-pid, rng, paused = int(sys.argv[1]), random.Random(0), False
-while True:
+import os, random, select, signal, sys, time
+pid, stop_at, rng, paused = int(sys.argv[1]), float(sys.argv[2]), random.Random(0), False
+while time.monotonic() < stop_at:
     if select.select([0], [], [], rng.uniform(1e-4, 1e-3))[0]:
         told = os.read(0, 64)
         if not told:
@@ -77,7 +77,10 @@ class Storm:
 
     def pause(self, paused: bool) -> None:
         if self.sender is not None:
-            os.write(self.sender.stdin.fileno(), b"p" if paused else b"g")
+            try:
+                os.write(self.sender.stdin.fileno(), b"p" if paused else b"g")
+            except BrokenPipeError:  # the storm is over: the sender stopped itself
+                pass
         self.paused = paused
 
     def step(self) -> None:
@@ -161,6 +164,15 @@ class Storm:
                 self.counts["interrupts"] += 1
 
 
+def between_signals(read):
+    """``read()``, again if the storm (still on) interrupted it: the storm script's own reads are not a pool's."""
+    while True:
+        try:
+            return read()
+        except KeyboardInterrupt:
+            pass
+
+
 def ignore_sigint() -> None:
     """SIGINT ignored from now on (the storm is over, its last signals may still come)."""
     for _ in range(3):  # a signal pending raises before the swap; the next comes >= 0.1 ms later
@@ -191,12 +203,14 @@ def storm(n_workers: int, mode: str, helper: bool) -> dict:
         env = ShmPoolVecEnv([cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0)
     else:
         env = ShmVectorEnv([cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0)
-    sender = subprocess.Popen([sys.executable, "-c", SENDER, str(os.getpid())], stdin=subprocess.PIPE)
+    stop_at = time.monotonic() + STORM_SECONDS  # the sender stops itself: the storm's end is quiet
+    sender = subprocess.Popen([sys.executable, "-c", SENDER, str(os.getpid()), repr(stop_at)], stdin=subprocess.PIPE)
     run = Storm(env, mode, sender)
     try:
-        run.run(STORM_SECONDS)
-        masks["main"] = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-        handler_left = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        run.run(stop_at - time.monotonic())
+        between_signals(sender.wait)  # its last signals are delivered
+        masks["main"] = between_signals(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        handler_left = between_signals(lambda: signal.getsignal(signal.SIGINT) is signal.default_int_handler)
     finally:
         ignore_sigint()
         sender.stdin.close()
