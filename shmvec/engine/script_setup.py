@@ -80,7 +80,7 @@ class WorkerStart:
 
 def worker_start(options: PoolOptions) -> WorkerStart:
     """What every worker of a pool made with ``options`` starts with; its log queue is set by
-    :func:`with_log_relay` once the pool has workers."""
+    :func:`for_workers` once the pool has workers."""
     import_main = options.import_main and options.start_method != "fork"  # a fork has the script already
     if import_main and getattr(sys.modules["__main__"], "__file__", None) is None:
         raise ValueError(
@@ -125,11 +125,16 @@ def capture(worker_init: Callable[[], Any] | None = None) -> ScriptSetup:
 def setup_blob(setup: ScriptSetup) -> bytes:
     """``setup`` pickled for the workers; registry entries that do not pickle (kwargs holding a
     lock or a socket) stay behind, and ``gym.make`` of their ids fails there as for any unknown id."""
+    if setup.worker_init is not None and not _pickles(setup.worker_init):
+        raise TypeError(
+            f"worker_init={setup.worker_init!r} cannot be pickled, so it cannot reach the workers: pass a function "
+            "defined at a module's top level (or in your script), or a lambda"
+        )
     try:
         return cloudpickle.dumps(setup)
     except Exception:
         kept = {env_id: spec for env_id, spec in setup.registry.items() if _pickles(spec)}
-        return cloudpickle.dumps(dataclasses.replace(setup, registry=kept))  # an unpicklable worker_init raises
+        return cloudpickle.dumps(dataclasses.replace(setup, registry=kept))
 
 
 def apply(setup: ScriptSetup, log_queue: Any) -> None:

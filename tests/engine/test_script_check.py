@@ -1,4 +1,4 @@
-"""Which lines of a main script workers would miss: scripts that must warn and scripts that must not."""
+"""Which lines of a main script workers would miss (scripts that must warn and that must not); worker_init's checks."""
 
 from __future__ import annotations
 
@@ -135,3 +135,13 @@ def test_the_set_up_is_shared_where_workers_get_it_all(monkeypatch, tmp_path):
     assert setup_is_shared(PoolOptions(import_main=True))
     monkeypatch.setattr(script_check, "main_script", lambda: None)
     assert setup_is_shared(PoolOptions())
+
+
+def test_a_worker_init_that_cannot_be_pickled_is_refused_before_any_worker_starts():
+    import threading
+
+    from shmvec.engine.script_setup import worker_start
+
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="worker_init=.* cannot be pickled"):
+        worker_start(PoolOptions(worker_init=lock.acquire))
