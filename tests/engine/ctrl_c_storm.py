@@ -148,29 +148,30 @@ class Storm:
             return got
         return env.step(actions)
 
-    def run(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:  # the outer loop catches an interrupt that hit the inner loop's own lines
+    def run(self, end: float) -> None:
+        """Step until ``end`` (``time.monotonic()``), counting the interrupts that hit a step."""
+        while time.monotonic() < end:
             try:
-                while time.monotonic() < end:
-                    try:
-                        self.step()
-                    except KeyboardInterrupt:
-                        self.counts["interrupts"] += 1
-                    except Exception as exc:  # a wrong state: AlreadyPendingError, StepTimeoutError (a hang)...
-                        self.errors.append(f"{type(exc).__name__}: {exc}")
-                        return
+                self.step()
             except KeyboardInterrupt:
                 self.counts["interrupts"] += 1
+            except Exception as exc:  # a wrong state: AlreadyPendingError, StepTimeoutError (a hang)...
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                return
 
 
-def between_signals(read):
-    """``read()``, again if the storm (still on) interrupted it: the storm script's own reads are not a pool's."""
+def between_signals(call, counts: dict | None = None, depth: int = 3):
+    """``call()`` to its end, called again after each KeyboardInterrupt that hit this script's own
+    lines rather than a pool's (counted in ``counts``). Each level of nesting resumes after one:
+    an escape needs ``depth`` signals within microseconds of each other (they come >= 0.1 ms apart)."""
+    if depth == 0:
+        return call()
     while True:
         try:
-            return read()
+            return between_signals(call, counts, depth - 1)
         except KeyboardInterrupt:
-            pass
+            if counts is not None:
+                counts["interrupts"] += 1
 
 
 def ignore_sigint() -> None:
@@ -207,7 +208,7 @@ def storm(n_workers: int, mode: str, helper: bool) -> dict:
     sender = subprocess.Popen([sys.executable, "-c", SENDER, str(os.getpid()), repr(stop_at)], stdin=subprocess.PIPE)
     run = Storm(env, mode, sender)
     try:
-        run.run(stop_at - time.monotonic())
+        between_signals(lambda: run.run(stop_at), run.counts)
         between_signals(sender.wait)  # its last signals are delivered
         masks["main"] = between_signals(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, []))
         handler_left = between_signals(lambda: signal.getsignal(signal.SIGINT) is signal.default_int_handler)
