@@ -3,6 +3,13 @@
 Each worker gets its own envs' part of the request on its pipe after a MESSAGE command;
 the main shard's part runs in :meth:`Requests.wait`, while the workers run theirs. See
 :mod:`shmvec.engine.pool` for the data flow.
+
+Algorithms make such calls on their hot path (HER's ``compute_reward`` for every sampled
+batch, MaskablePPO's ``action_masks`` every step), so one costs a step's hand-off plus its
+pickling: only the workers of the envs it names hear of it; it is pickled by pickle, with
+cloudpickle only where needed (:func:`~shmvec.ipc.wire.to_worker`); the main process
+spins for the replies (:meth:`Requests.reply_spin`); and a worker then waits for its next
+command as it did after the step before (:func:`shmvec.engine.worker._serve`).
 """
 
 from __future__ import annotations
@@ -10,15 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Protocol
 
-import cloudpickle
-
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.link import WorkerLink
+from shmvec.engine.plan import usable_cores
 from shmvec.engine.restart import Restart
 from shmvec.engine.shard import EnvFailed, Shard
 from shmvec.ipc.interrupts import holding
 from shmvec.ipc.pickled import PickledLeaves
 from shmvec.ipc.protocol import Reset, RunOps
+from shmvec.ipc.wire import to_worker
 
 
 class RequestsHost(Protocol):
@@ -26,6 +33,7 @@ class RequestsHost(Protocol):
     pending call, and its waits on the workers."""
 
     pending: str | None
+    options: Any  # PoolOptions: max_spin
 
     def ensure_can_step(self, beside_sends: bool = False) -> None: ...
     def take_pending(self, kind: str) -> None: ...
@@ -53,6 +61,8 @@ class Requests:
     ):
         self.pool, self.links, self.shard_of, self.num_envs = pool, links, shard_of, num_envs
         self.main, self.pickled = main, pickled
+        self.cores = usable_cores() if links else 0
+        self._spin = 0.0  # how long the wait for the pending request's replies spins
         self._links: list[WorkerLink] = []  # the workers the pending request went to
         self._main_part: Reset | RunOps | None = None
 
@@ -72,9 +82,10 @@ class Requests:
         parts = {k: type(request)(part) for k, part in self._split(by_env).items()}
         self._main_part = parts.pop(len(self.links), None)
         # Pickled before any worker is woken: an unpicklable argument leaves no worker waiting.
-        blobs = {k: cloudpickle.dumps(part) for k, part in parts.items()}
+        blobs = {k: to_worker(part) for k, part in parts.items()}
         pool.settle()
         self._links = [self.links[k] for k in blobs]
+        self._spin = self.reply_spin(len(self._links), beside_sends)
         pool.pending = "request"
         for link in self._links:
             try:
@@ -104,7 +115,7 @@ class Requests:
             except EnvFailed as failure:
                 main_failure = failure
             self._main_part = None
-        for reply in self.pool.collect(self._links, timeout, resumable=resumable):
+        for reply in self.pool.collect(self._links, timeout, resumable=resumable, spin=self._spin):
             merged.update(reply)
         if main_failure is not None:
             raise main_shard_error(main_failure)
@@ -115,6 +126,19 @@ class Requests:
         """:meth:`send` ``request``, then :meth:`wait` for its replies."""
         self.send(request)
         return self.wait()
+
+    def reply_spin(self, n_workers: int, beside_sends: bool) -> float:
+        """How long a wait for the replies of ``n_workers`` workers spins before it blocks.
+
+        As long as a wait for a step's (the plan's ``main_spin``, the links' ``done``), whatever the
+        step's waits learned: a reply comes soon. Where the plan blocks as the workers outnumber the
+        cores, still ``max_spin`` while those asked and this process each have a core: the others idle,
+        unless async sends are in flight.
+        """
+        spin = self.links[0].done.max_spin if self.links else 0.0
+        if spin == 0.0 and not beside_sends and n_workers < self.cores:
+            spin = self.pool.options.max_spin
+        return spin
 
     def _split(self, by_env: dict[int, Any]) -> dict[int, dict[int, Any]]:
         parts: dict[int, dict[int, Any]] = {}

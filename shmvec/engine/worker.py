@@ -29,6 +29,7 @@ from gymnasium.vector import AutoresetMode
 from shmvec.engine import script_setup
 from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs
 from shmvec.ipc import layout as lay
+from shmvec.ipc import wire
 from shmvec.ipc.arena import attach
 from shmvec.ipc.info_rows import InfoWriter
 from shmvec.ipc.protocol import (
@@ -48,16 +49,11 @@ from shmvec.ipc.protocol import (
 )
 from shmvec.ipc.signals import MAX_SPIN, Signal
 
-THREAD_ENV_VARS = (
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-)
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+THREAD_ENV_VARS += ("VECLIB_MAXIMUM_THREADS",)
 # Plain ints for the hot path: attribute access on an IntEnum member costs ~1 µs.
 _COMMAND_STEP, _COMMAND_SEND, _COMMAND_CLOSE = int(Command.STEP), int(Command.SEND), int(Command.CLOSE)
-_STATUS_OK, _STATUS_REPLY = int(Status.OK), int(Status.REPLY)
+_COMMAND_MESSAGE, _STATUS_OK, _STATUS_REPLY = int(Command.MESSAGE), int(Status.OK), int(Status.REPLY)
 _COMMAND_MASK, _SENT_MASK, _SEQ_MASK = POST_SPAN - 1, SENT_SPAN - 1, SEQ_SPAN - 1  # fields of a protocol.post_word
 _NEXT_SPIN = {int(NextWait.OWN): None, int(NextWait.BLOCK): 0.0, int(NextWait.SPIN): MAX_SPIN}  # see NextWait
 PARENT_CHECK_INTERVAL = 1.0  # seconds a worker blocks before checking its parent is alive
@@ -86,9 +82,9 @@ def limit_threads(n_threads: int | None) -> None:
 
 
 def dumps(obj: Any) -> bytes:
-    """Pickle fast, falling back to cloudpickle for lambdas and locally defined classes."""
+    """Pickle fast (``wire.dumps``), falling back to cloudpickle for lambdas and locally defined classes."""
     try:
-        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return wire.dumps(obj)
     except Exception:
         try:
             return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -297,7 +293,7 @@ def _serve(
             for post_child in post_children:
                 post_child()
             spin = _NEXT_SPIN[row[lay.CTRL_NEXT_WAIT]]
-        else:
+        elif command != _COMMAND_MESSAGE:  # after a rare call, wait as after the step before it (HER, masks)
             spin = None
         sends.run((word >> SENT_SHIFT) & _SENT_MASK)  # sends come first: a reset of other envs may follow them
         if command == _COMMAND_SEND:
@@ -306,10 +302,10 @@ def _serve(
         try:
             if command == _COMMAND_STEP:
                 # Pickled action leaves follow the command on the pipe; fixed-size ones are in shm.
-                pickled = pickle.loads(conn.recv_bytes()) if shard.pickled_actions else None
+                pickled = wire.from_main(conn.recv_bytes()) if shard.pickled_actions else None
                 payload = shard.step(shard.read_actions(pickled)) or None
-            elif command == Command.MESSAGE:
-                request = pickle.loads(conn.recv_bytes())
+            elif command == _COMMAND_MESSAGE:
+                request = wire.from_main(conn.recv_bytes())
                 payload = shard.handle(request)
             elif command == Command.CLOSE:
                 row[lay.CTRL_STATUS] = Status.OK

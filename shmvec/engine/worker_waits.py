@@ -40,12 +40,14 @@ class WorkerWaits(Breakable):
         dead: list | None = None,
         deadline: float | None = None,
         resumable: bool = True,
+        spin: float | None = None,
     ) -> list[Any]:
         """Wait until each link answered; return their replies (by position), raising the first error.
 
         With a ``dead`` list (restart mode, steps), a worker that died is appended to it,
         while the restart budget lasts, with an empty reply in its place, instead of raising.
         ``deadline``: the call's, when it waits more than once (else one from ``timeout``).
+        ``spin``: how long each wait spins before it blocks (else as the link's ``done`` learned).
 
         A Ctrl-C held during the call (:mod:`shmvec.ipc.interrupts`) is raised after a slice
         that ended without an answer: nothing was taken and left uncounted there, and what is
@@ -59,7 +61,7 @@ class WorkerWaits(Breakable):
         for link in links:
             restart = None
             if link.owes == AWAIT_DONE:
-                while not link.wait(LIVENESS_INTERVAL):
+                while not link.wait(LIVENESS_INTERVAL, spin):
                     if held():
                         self._interrupted(resumable and not dead)
                     restart = self.check_alive(link, deadline, timeout)

@@ -9,15 +9,13 @@ spaces have no such leaf pays nothing here: every method returns at once.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Sequence
 from typing import Any
-
-import cloudpickle
 
 from shmvec.errors import InvalidActionError
 from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import PickledActions, ResetResult, StepInfo
+from shmvec.ipc.wire import to_worker
 
 
 class PickledLeaves:
@@ -80,12 +78,9 @@ class PickledLeaves:
 
 def _dumps(part: PickledActions) -> bytes:
     try:
-        return pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        try:
-            return cloudpickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:
-            raise InvalidActionError(
-                f"actions at {list(part.columns)} cannot be pickled, so they cannot reach the worker processes; "
-                "pass picklable actions"
-            ) from exc
+        return to_worker(part)
+    except Exception as exc:
+        raise InvalidActionError(
+            f"actions at {list(part.columns)} cannot be pickled, so they cannot reach the worker processes; "
+            "pass picklable actions"
+        ) from exc

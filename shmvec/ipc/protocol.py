@@ -23,7 +23,7 @@ Each hand-off, as writer: what -> the post that publishes it -> reader, after ta
 - main, STEP: the action rows, ``CTRL_NEXT_WAIT``, ``CTRL_OBS_BUFFER`` -> the STEP's post
   -> worker k, with the word. Pickled action leaves follow on the pipe.
 - main, MESSAGE: the request -> the pipe (``CTRL_OBS_BUFFER`` of a full reset: the post)
-  -> worker k, after the word.
+  -> worker k, after the word (written before the post when it fits the socket's buffer).
 - main, SEND: inbox slots up to ``sent`` and their action rows -> the SEND's post (or a
   later one) -> worker k, which steps exactly the ids up to the ``sent`` of the word it
   acts on, never a count read again.
@@ -44,6 +44,8 @@ Each hand-off, as writer: what -> the post that publishes it -> reader, after ta
   the pipe (Attach) -> worker k, once it has received Attach.
 - worker k, restarted: its envs' reset rows -> the pipe (their reset infos) -> main, once
   it has received them.
+
+How the messages are pickled for the pipe: :mod:`shmvec.ipc.wire`.
 
 The Ray backend adds no shared cells: the driver and a node's actor talk through Ray
 calls, and the node's own pool follows the list above.
@@ -68,7 +70,7 @@ class Command(enum.IntEnum):
     """Written by the main process in the worker's control row (a :func:`post_word`) before posting to it."""
 
     STEP = 1  # step the shard with the actions in shared memory
-    MESSAGE = 2  # a request object follows on the pipe
+    MESSAGE = 2  # a request object comes on the pipe (before the post if it fits the buffer, else after)
     CLOSE = 3  # close the envs and exit
     SEND = 4  # async batches: step the envs put in the worker's inbox up to the word's ``sent``, one by one
 
