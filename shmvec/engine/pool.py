@@ -176,7 +176,7 @@ class ShmPool(WorkerWaits, EngineBase):
         res, opts, plan = self._res, self.options, self.plan
         ctx = mp_context(opts.start_method)
         if self.n_workers:  # their log records are relayed here; the script's lines they miss, named
-            self.worker_start, res.log_relay = for_workers(self.worker_start, opts, ctx)
+            self.worker_start, res.log_relay = for_workers(self.worker_start, opts)
         for k in range(self.n_workers):
             res.links.append(WorkerLink(k, *self.shards[k], plan.main_spin))
             res.links[k].spawn(ctx, env_fns, env_wrapper, plan.worker_spin, self.worker_start)

@@ -34,7 +34,9 @@ import dataclasses
 import logging
 import logging.handlers
 import os
+import pickle
 import random
+import socket
 import sys
 import threading
 import warnings
@@ -50,6 +52,7 @@ from shmvec.engine.script_check import main_script, setup_is_shared, warn_once
 from shmvec.options import PoolOptions
 
 RELAY_CLOSE_TIMEOUT = 1.0  # seconds close() waits for the log relay to take its last records
+MAX_RECORD_BYTES = 60_000  # a pickled log record's most (a datagram; a longer message is cut)
 
 
 @dataclass
@@ -90,12 +93,12 @@ def worker_start(options: PoolOptions) -> WorkerStart:
     return WorkerStart(setup_blob(capture(options.worker_init)), None, options.worker_threads, import_main)
 
 
-def for_workers(start: WorkerStart, options: PoolOptions, ctx: Any) -> tuple[WorkerStart, LogRelay]:
+def for_workers(start: WorkerStart, options: PoolOptions) -> tuple[WorkerStart, LogRelay]:
     """``start`` with its workers' log records relayed to this process's handlers (the caller
     closes the relay after the workers); warns once if the script sets up what workers miss."""
     if not setup_is_shared(options):
         warn_once(main_script())
-    relay = LogRelay(ctx)
+    relay = LogRelay()
     return dataclasses.replace(start, log_queue=relay.queue), relay
 
 
@@ -239,23 +242,32 @@ def pin_registry(specs: dict[str, gym.envs.registration.EnvSpec]) -> None:
 
 
 class LogRelay:
-    """The main process's end of the workers' logging: a queue and a thread that hands each record
-    to the logger of its name here, so the script's handlers and levels apply to it."""
+    """The main process's end of the workers' logging: a datagram socket pair and a thread that
+    hands each record to the logger of its name here, so the script's handlers and levels apply.
 
-    def __init__(self, ctx: Any):
-        self.queue = ctx.Queue()
-        self.queue.cancel_join_thread()  # exiting must not wait on a queue a killed worker left locked
+    Each record is one datagram, whole or not at all whichever workers write at once, so the
+    workers need no lock; and unlike ``multiprocessing.Queue`` it leaves no named semaphore in
+    ``/dev/shm`` when a process group is killed.
+    """
+
+    def __init__(self):
+        self._read, write = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.queue = RecordSender(write)  # what workers log to (kept here for restarted ones)
         self._thread = threading.Thread(target=self._relay, name="shmvec-log-relay", daemon=True)
         self._thread.start()
 
     def _relay(self) -> None:
         while True:
             try:
-                record = self.queue.get()
-            except (EOFError, OSError, ValueError):  # closed
+                data = self._read.recv(MAX_RECORD_BYTES + 4096)
+            except OSError:  # closed
                 return
-            if record is None:
+            if not data:  # close()'s
                 return
+            try:
+                record = pickle.loads(data)
+            except Exception:  # a record of a class this process cannot load: the worker's problem, not ours
+                continue
             logger = logging.getLogger(record.name)
             if logger.isEnabledFor(record.levelno):
                 logger.handle(record)
@@ -263,9 +275,24 @@ class LogRelay:
     def close(self) -> None:
         """Take the records the workers sent (call after they exited), then stop. Idempotent."""
         if self._thread.is_alive():
-            self.queue.put(None)
+            self.queue.sock.send(b"")
             self._thread.join(RELAY_CLOSE_TIMEOUT)
-        self.queue.close()
+        self.queue.sock.close()
+        self._read.close()
+
+
+class RecordSender:
+    """A worker's end of the :class:`LogRelay`, for ``logging.handlers.QueueHandler``: one datagram a record."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    def put_nowait(self, record: logging.LogRecord) -> None:
+        data = pickle.dumps(record)  # QueueHandler.prepare made its message a string, without args
+        if len(data) > MAX_RECORD_BYTES:
+            record.msg = f"{str(record.msg)[: MAX_RECORD_BYTES // 2]} [... cut by shmvec's log relay]"
+            data = pickle.dumps(record)
+        self.sock.send(data)
 
 
 def _pickles(obj: Any) -> bool:

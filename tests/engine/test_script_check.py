@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import textwrap
 from pathlib import Path
 
@@ -145,3 +146,23 @@ def test_a_worker_init_that_cannot_be_pickled_is_refused_before_any_worker_start
     lock = threading.Lock()
     with pytest.raises(TypeError, match="worker_init=.* cannot be pickled"):
         worker_start(PoolOptions(worker_init=lock.acquire))
+
+
+def test_the_log_relay_leaves_nothing_in_dev_shm_and_takes_every_record(caplog):
+    """A multiprocessing.Queue would hold three named semaphores (sem.mp-*), left behind for good when a
+    process group is killed; the relay's datagrams need none, and a record too long for one is cut."""
+    from shmvec.engine.script_setup import MAX_RECORD_BYTES, LogRelay
+
+    before = {name for name in os.listdir("/dev/shm") if name.startswith("sem.")}
+    relay = LogRelay()
+    try:
+        assert {name for name in os.listdir("/dev/shm") if name.startswith("sem.")} <= before
+        with caplog.at_level(logging.INFO, logger="relayed"):
+            for message in ("short", "x" * (2 * MAX_RECORD_BYTES)):
+                record = logging.LogRecord("relayed", logging.INFO, __file__, 1, message, None, None)
+                relay.queue.put_nowait(record)
+            relay.close()
+    finally:
+        relay.close()
+    messages = [record.getMessage() for record in caplog.records if record.name == "relayed"]
+    assert messages[0] == "short" and messages[1].endswith("[... cut by shmvec's log relay]"), messages
