@@ -60,10 +60,10 @@ def builds(path) -> list[int]:
     return [int(pid) for pid in path.read_text().split()] if path.exists() else []
 
 
-class BusyEnv(gym.Env):
-    """Computes ``seconds`` (a busy loop on the clock) in every step: CPU-bound."""
+class _TimedEnv(gym.Env):
+    """An env whose step only takes ``seconds``, one way or another."""
 
-    def __init__(self, seconds: float = 150e-6):
+    def __init__(self, seconds: float):
         self.seconds = seconds
         self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
         self.action_space = spaces.Discrete(2)
@@ -71,6 +71,13 @@ class BusyEnv(gym.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         return np.zeros(1, np.float32), {}
+
+
+class BusyEnv(_TimedEnv):
+    """Computes ``seconds`` (a busy loop on the clock) in every step: CPU-bound."""
+
+    def __init__(self, seconds: float = 150e-6):
+        super().__init__(seconds)
 
     def step(self, action):
         end = time.perf_counter() + self.seconds
@@ -79,17 +86,11 @@ class BusyEnv(gym.Env):
         return np.zeros(1, np.float32), 0.0, False, False, {}
 
 
-class WaitingEnv(gym.Env):
+class WaitingEnv(_TimedEnv):
     """Sleeps ``seconds`` in every step, as an env that waits on a simulator or a socket."""
 
     def __init__(self, seconds: float = 0.002):
-        self.seconds = seconds
-        self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
-        self.action_space = spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros(1, np.float32), {}
+        super().__init__(seconds)
 
     def step(self, action):
         time.sleep(self.seconds)
