@@ -23,6 +23,10 @@ TIMING_BUDGET = 0.05  # seconds spent timing the env at start-up
 TIMING_MAX_STEPS = 400
 TIMING_BATCH = 10  # steps per timed batch; a median over batches decides (a first call or a hiccup does not)
 TIMING_REFERENCE_LOOPS = 5  # reference_loop() calls timed after each batch (~30-70 µs)
+# Env methods that known algorithms call through ``env_method`` once per step: sb3-contrib's
+# MaskablePPO asks every env for ``action_masks`` before each step, SB3's HerReplayBuffer has
+# env 0 ``compute_reward`` for every batch it samples (one per gradient step).
+PER_STEP_CALLS = ("action_masks", "compute_reward")
 
 
 class EnvTiming(NamedTuple):
@@ -31,6 +35,7 @@ class EnvTiming(NamedTuple):
     t_env: float  # seconds per step (wall time)
     scale: float  # how many times slower than the calibration machine this one runs reference_loop()
     cpu_share: float  # the part of t_env that is the thread's CPU time (the rest, waiting in syscalls)
+    per_step_calls: int = 0  # how many of PER_STEP_CALLS the env has: env_method round trips expected per step
 
 
 def time_env_and_machine(
@@ -52,7 +57,8 @@ def time_env_and_machine(
     ratio of the two medians spread ±15 %); the scale is the median of the loops. The CPU
     share is the median of each batch's :func:`cpu_share`: an env that waits on a simulator,
     a socket or a sleep uses its thread's CPU only around the wait, while a CPU-bound env on a
-    loaded machine waits for a core, which the run queue's count tells apart.
+    loaded machine waits for a core, which the run queue's count tells apart. ``per_step_calls``
+    counts the methods of :data:`PER_STEP_CALLS` the env has (looked up as ``env_method`` does).
     """
     env, run_queue = env_fn(), RunQueue()
     try:
@@ -79,7 +85,10 @@ def time_env_and_machine(
                 break
         loop_time = statistics.median(loop_batches)
         env_per_loop = statistics.median(e / loop for e, loop in zip(env_batches, loop_batches))
-        return EnvTiming(env_per_loop * loop_time, loop_time / REFERENCE_LOOP_TIME, statistics.median(cpu_shares))
+        calls = sum(_has_method(env, name) for name in PER_STEP_CALLS)
+        return EnvTiming(
+            env_per_loop * loop_time, loop_time / REFERENCE_LOOP_TIME, statistics.median(cpu_shares), calls
+        )
     finally:
         run_queue.close()
         env.close()
@@ -150,3 +159,12 @@ def _step_or_reset(env, action) -> None:
     _, _, terminated, truncated, _ = env.step(action)
     if terminated or truncated:
         env.reset()
+
+
+def _has_method(env, name: str) -> bool:
+    """Whether ``env_method(name)`` would find a method: looked up through the wrappers, as SB3's vec envs do."""
+    lookup = getattr(env, "get_wrapper_attr", None)
+    try:
+        return callable(lookup(name) if lookup is not None else getattr(env, name))
+    except AttributeError:
+        return False

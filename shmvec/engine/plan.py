@@ -103,6 +103,10 @@ T_PER_CROWDED_WORKER = 12e-6
 # A worker's CPU per step outside its envs (woken from a futex, its command loop, its post, the
 # context switches around its env's wait), which lanes beyond the cores share them for (same fit).
 T_WORKER_CYCLE = 55e-6
+# An env_method round trip to workers blocked in their wait (a wake-up, the request and reply
+# pickled): HER's compute_reward (two 256x3 arrays, 256 infos) took 92 µs at n_workers=2 on the
+# 2-core VM at scale ~1.8.
+T_RARE_CALL = 50e-6
 # Envs whose step is less than this share CPU (thread CPU time / wall time) are planned as waiting:
 # lanes beyond the cores are considered for them.
 WAITING_SHARE = 0.5
@@ -189,12 +193,15 @@ def predicted_step_time(
     scale: float = 1.0,
     caller_computes: bool = True,
     cpu_share: float = 1.0,
+    calls_per_step: int = 0,
 ) -> float:
     """Seconds per synchronous vector step of this configuration (the overhead model);
     ``scale`` multiplies the overheads (:mod:`~shmvec.engine.env_timing`). ``caller_computes``: the
     caller runs a policy between steps, so workers wake up from a blocked wait each step
     and the policy's threads pay :data:`T_CALLER_TAX` (``False``: a bare stepping loop,
-    where they spin). ``cpu_share``: the part of ``t_env`` that is CPU (the rest waits)."""
+    where they spin). ``cpu_share``: the part of ``t_env`` that is CPU (the rest waits).
+    ``calls_per_step``: ``env_method`` calls the caller makes each step (in the main process
+    they are direct; with workers each is a round trip, :data:`T_RARE_CALL`)."""
     lanes = n_workers + main_shard
     largest, _ = shard_sizes(num_envs, n_workers, main_shard)
     per_env = t_env + T_WRITE_PER_ENV * scale
@@ -211,7 +218,8 @@ def predicted_step_time(
     else:
         sync = T_SYNC_BLOCK
     wake = T_SYNC_BLOCK + T_CALLER_TAX if caller_computes and n_workers else 0.0
-    return stepping + (wake + sync + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
+    calls = T_RARE_CALL * calls_per_step if n_workers else 0.0
+    return stepping + (wake + sync + calls + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
 
 
 def candidates(
@@ -240,6 +248,7 @@ def choose(
     cpu_share: float = 1.0,
     lanes: int | None = None,
     mix: bool = True,
+    calls_per_step: int = 0,
 ) -> Plan:
     """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
 
@@ -247,6 +256,8 @@ def choose(
     ``cpu_share``: the share of ``t_env`` that is CPU; under :data:`WAITING_SHARE` the env is
     planned as waiting, with up to ``lanes`` workers (default :func:`max_lanes`).
     ``mix=False``: no plan with envs both in the main process and in workers.
+    ``calls_per_step``: ``env_method`` round trips the caller makes each step (an env with
+    ``action_masks`` or ``compute_reward``, see :data:`~shmvec.engine.env_timing.PER_STEP_CALLS`).
     ``batch_size`` (fewer than ``num_envs``): the caller collects in async batches, so every env
     runs in a worker (``main_shard`` False unless given), stepping one batch while the caller
     works on another; the worker count is the one a synchronous step would use, and the reason
@@ -265,6 +276,12 @@ def choose(
         >>> plan = choose(num_envs=2, cores=2, t_env=20e-6, scale=3.0)  # a slow machine: round trips cost more
         >>> plan.n_workers, plan.main_shard
         (0, True)
+        >>> plan = choose(num_envs=4, cores=2, t_env=80e-6)        # 4 robot arms: a worker pays...
+        >>> plan.n_workers, plan.main_shard
+        (1, True)
+        >>> plan = choose(num_envs=4, cores=2, t_env=80e-6, calls_per_step=1)  # ... unless HER calls env 0 each step
+        >>> plan.n_workers, plan.main_shard
+        (0, True)
         >>> plan = choose(num_envs=32, cores=2, t_env=2e-3, cpu_share=0.02, lanes=32)  # envs that wait 2 ms
         >>> plan.n_workers, plan.main_shard
         (32, False)
@@ -277,16 +294,18 @@ def choose(
         lanes = max(cores, max_lanes(num_envs) if lanes is None else lanes)
     else:
         lanes = cores
-    timed = [
-        (predicted_step_time(num_envs, cores, t_env, k, main, scale, cpu_share=cpu_share), k, main)
-        for k, main in candidates(num_envs, cores, main_shard, lanes, mix)
-    ]
+
+    def predicted(k: int, main: bool) -> float:
+        return predicted_step_time(num_envs, cores, t_env, k, main, scale, True, cpu_share, calls_per_step)
+
+    timed = [(predicted(k, main), k, main) for k, main in candidates(num_envs, cores, main_shard, lanes, mix)]
     best = min(t for t, _, _ in timed)
     near = [(t, k, main) for t, k, main in timed if best / t >= 1.0 - ISOLATION_TOLERANCE]
     # No env in the main process if that is near the best, then the fastest, then fewest processes.
     step, k, main = min(near, key=lambda c: (c[2], c[0], c[1]))
-    serial = predicted_step_time(num_envs, cores, t_env, 0, True, scale, cpu_share=cpu_share)
+    serial = predicted(0, True)
     kind = f" ({cpu_share:.0%} CPU: waits)" if waiting else ""
+    kind += f", {calls_per_step} env_method call(s) per step" if calls_per_step else ""
     reason = f"auto: {t_env * 1e6:.1f} µs/env step{kind}, {cores} cores, " + (
         f"async batches of {batch_size}: the workers step one while the caller works on another"
         if batched
@@ -370,9 +389,19 @@ def plan_pool(
             k = min(num_envs, cores) - bool(main_shard)
             plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto: timing env 0 failed: {exc}")
         else:
-            t_env, scale, cpu_share = timing
             mix = main_shard is not None or setup_is_shared(options)
-            plan = choose(num_envs, cores, t_env, main_shard, max_spin, scale, batch_size, cpu_share, mix=mix)
+            plan = choose(
+                num_envs,
+                cores,
+                timing.t_env,
+                main_shard,
+                max_spin,
+                timing.scale,
+                batch_size,
+                timing.cpu_share,
+                mix=mix,
+                calls_per_step=timing.per_step_calls,
+            )
     logger.info("shmvec pool of %d envs (%s): %s", num_envs, cpus.why, describe_plan(plan))
     return plan
 

@@ -151,8 +151,8 @@ def test_time_env_and_machine_measures_and_closes():
             closed.append(True)
             super().close()
 
-    t_fast, scale_fast, _ = env_timing.time_env_and_machine(cartpole)
-    t_slow, scale_slow, _ = env_timing.time_env_and_machine(lambda: Slow(cartpole()))
+    t_fast, scale_fast, *_ = env_timing.time_env_and_machine(cartpole)
+    t_slow, scale_slow, *_ = env_timing.time_env_and_machine(lambda: Slow(cartpole()))
     assert 0 < t_fast < t_slow and closed == [True]
     assert scale_fast > 0 and scale_slow > 0
 
@@ -174,9 +174,9 @@ def test_a_slowdown_over_most_of_the_timing_slows_the_env_and_the_machine_alike(
     """The plan depends on t_env / scale alone: a slowdown over most of the timing window
     must move both, not the env's time alone (as timing one after the other would)."""
     monkeypatch.setattr(env_timing.time, "perf_counter", TickClock())
-    t_env, scale, _ = env_timing.time_env_and_machine(cartpole)
+    t_env, scale, *_ = env_timing.time_env_and_machine(cartpole)
     monkeypatch.setattr(env_timing.time, "perf_counter", TickClock(slowed=0.8 * env_timing.TIMING_BUDGET))
-    t_slowed, scale_slowed, _ = env_timing.time_env_and_machine(cartpole)
+    t_slowed, scale_slowed, *_ = env_timing.time_env_and_machine(cartpole)
     assert t_slowed == pytest.approx(2 * t_env)  # most of the window ran at half speed
     assert t_slowed / scale_slowed == pytest.approx(t_env / scale)
 
@@ -205,7 +205,7 @@ def test_the_ratio_is_taken_batch_by_batch(monkeypatch):
 
     monkeypatch.setattr(env_timing.time, "perf_counter", lambda: now[0])
     monkeypatch.setattr(env_timing, "_time_reference_loops", reference_loops)
-    t_env, scale, _ = env_timing.time_env_and_machine(Clocked, budget=1.0, max_steps=10 * env_timing.TIMING_BATCH)
+    t_env, scale, *_ = env_timing.time_env_and_machine(Clocked, budget=1.0, max_steps=10 * env_timing.TIMING_BATCH)
     assert batch[0] == 10
     assert scale == pytest.approx(1.0)  # the median loop ran at full speed
     assert t_env / scale == pytest.approx(1e-6)  # the unslowed ratio
@@ -388,7 +388,7 @@ def test_a_slower_machine_keeps_few_light_envs_in_process():
 def test_the_machine_scale_is_the_reference_loops_time_against_the_calibration(monkeypatch):
     clock = iter(range(0, 10_000, 2))  # every timed stretch takes 2 s on the fake clock
     monkeypatch.setattr(env_timing.time, "perf_counter", lambda: next(clock))
-    t_env, scale, _ = env_timing.time_env_and_machine(cartpole)
+    t_env, scale, *_ = env_timing.time_env_and_machine(cartpole)
     assert t_env == pytest.approx(2 / env_timing.TIMING_BATCH)
     assert scale == pytest.approx(2 / env_timing.TIMING_REFERENCE_LOOPS / env_timing.REFERENCE_LOOP_TIME)
 
@@ -400,3 +400,17 @@ def test_async_batches_put_every_env_in_a_worker_unless_told_otherwise(closing):
     assert told._pool.main is not None
     sync = closing(ShmVectorEnv([cartpole] * 4, start_method="fork"))
     assert sync._pool.plan.reason.startswith("auto: ") and sync._pool.plan.main_shard  # light envs, sync: in-process
+
+
+def test_env_method_calls_every_step_price_the_layouts_with_workers():
+    """A few 80 µs envs: one worker beside the main shard pays for its wake-up, but not for an
+    env_method round trip on top of it each step (HER's compute_reward, MaskablePPO's masks)."""
+    alone = choose(num_envs=4, cores=2, t_env=80e-6)
+    called = choose(num_envs=4, cores=2, t_env=80e-6, calls_per_step=1)
+    assert alone.n_workers == 1 and called.n_workers == 0
+    assert "1 env_method call(s) per step" in called.reason
+    in_process = predicted_step_time(4, 2, 80e-6, 0, True)
+    assert predicted_step_time(4, 2, 80e-6, 0, True, calls_per_step=2) == in_process  # direct calls are free
+    assert predicted_step_time(4, 2, 80e-6, 2, False, calls_per_step=1) == pytest.approx(
+        predicted_step_time(4, 2, 80e-6, 2, False) + autoconfig.T_RARE_CALL
+    )

@@ -33,6 +33,7 @@ from shmvec.engine.plan import WAITING_SHARE, plan_pool
 from shmvec.engine.script_setup import worker_start
 from shmvec.options import PoolOptions
 from tests.global_rng_env import BusyEnv, CountingEnv, GlobalRngEnv, WaitingEnv, builds
+from tests.goal_envs import GoalReach, MaskedWalk
 
 NUM_ENVS = 4
 
@@ -189,3 +190,22 @@ def test_the_run_queue_wait_grows_while_another_process_holds_this_threads_cpu()
         run_queue.close()
     assert queued > 0.1 * wall, (wall, used, queued)  # about half of it, where both share the CPU fairly
     assert env_timing.cpu_share(wall, used, queued) > 0.8, (wall, used, queued)  # a busy loop stays CPU-bound
+
+
+@pytest.mark.parametrize(
+    "env_fn, calls",
+    [
+        (lambda: gym.make("CartPole-v1"), 0),
+        (lambda: gym.wrappers.TimeLimit(MaskedWalk(), 50), 1),  # found through a wrapper, as env_method finds it
+        (GoalReach, 1),
+    ],
+    ids=["cartpole", "action_masks", "compute_reward"],
+)
+def test_the_timing_counts_the_methods_algorithms_call_every_step(env_fn, calls):
+    assert env_timing.time_env_and_machine(env_fn, budget=0.01).per_step_calls == calls
+
+
+def test_the_timing_process_reports_the_per_step_calls():
+    options = PoolOptions()
+    timing = timing_run.timer(options.start_method, worker_start(options))(GoalReach)
+    assert timing.per_step_calls == 1 and timing.t_env > 0
