@@ -1,8 +1,9 @@
 """How a pool runs when nobody said: worker count, main shard and wait policy.
 
-``n_workers=None`` (the default) times the env at start-up (:func:`~shmvec.engine.env_timing.time_env_and_machine`:
-one extra env built from ``env_fns[0]`` in a throwaway process, :mod:`~shmvec.engine.timing_run`,
-a few random steps within ~50 ms, closed again) and picks, among
+``n_workers=None`` (the default) times the env at start-up
+(:func:`~shmvec.engine.env_timing.time_env_and_machine`: one extra env built from ``env_fns[0]`` in a
+throwaway process, :mod:`~shmvec.engine.timing_run`, a few random steps within ~50 ms, closed again) and
+picks, among
 
 - everything in the main process (``n_workers=0, main_shard=True``),
 - the main process plus ``P - 1`` workers (``main_shard=True``),
@@ -14,55 +15,46 @@ cgroup CPU quota, SMT siblings counted once), the one the overhead model predict
     step time = max(largest shard * t_env + per worker * (P - 2), CPU of all lanes / cores)
                 + wake-up + sync(P) + bookkeeping(N)
 
-(``sync``: 0 in-process, :data:`T_SYNC_SPIN` when every busy process has a core,
-:data:`T_SYNC_BLOCK` when the main process waiting for workers would need one more;
-the main process posts to and collects from each worker in turn, :data:`T_PER_WORKER`; with
-more workers than cores that turn and the wait for a core overlap the shards' wait),
-that is ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env / P + t_overhead)``.
+(``sync``: 0 in-process, :data:`T_SYNC_SPIN` when every busy process has a core, :data:`T_SYNC_BLOCK` when the
+main process waiting for workers would need one more; the main process posts to and collects from each worker
+in turn, :data:`T_PER_WORKER`; with more workers than cores that turn and the wait for a core overlap the
+shards' wait), that is ``fps_parallel / fps_serial ≈ N·t_env / (N·t_env / P + t_overhead)``.
 
-Envs that wait rather than compute (a simulator answering over a socket, a robot) need no
-core while they wait: the timing measures the share of an env's step that is CPU
-(thread CPU time against wall time), and when it is under :data:`WAITING_SHARE` the
-candidates go beyond the cores, up to one worker per env (at most :func:`max_lanes`:
-memory, within the cgroup memory limit, and file descriptors), each extra worker
-charged its own cycle's CPU (:data:`T_WORKER_CYCLE`) on the shared cores and its turn
-in the main process. Lanes are
-processes, not threads inside a worker: measured on 2 cores, 256 envs waiting 2 ms
-reached 0.17 of the N/wait limit from one process of 256 threads (its GIL hand-offs), 0.3
-from 128 processes; a worker that skips the user's script holds ~7 MB. The
-overheads are Python work (adapters, pool, worker loops), so they are scaled by how
-fast this machine runs Python (a reference loop timed in turns with the env, see
-:func:`~shmvec.engine.env_timing.time_env_and_machine`): on a machine slower than the calibration one, the round
-trips cost more, and unscaled overheads would send a few light envs to workers where
-staying in-process is faster.
+Envs that wait rather than compute (a simulator answering over a socket, a robot) need no core while they
+wait: the timing measures the share of an env's step that is CPU (thread CPU time against wall time), and when
+it is under :data:`WAITING_SHARE` the candidates go beyond the cores, up to one worker per env (at most
+:func:`max_lanes`: memory, within the cgroup memory limit, and file descriptors), each extra worker charged
+its own cycle's CPU (:data:`T_WORKER_CYCLE`) on the shared cores and its turn in the main process. Lanes are
+processes, not threads inside a worker: measured on 2 cores, 256 envs waiting 2 ms reached 0.17 of the N/wait
+limit from one process of 256 threads (its GIL hand-offs), 0.3 from 128 processes; a worker that skips the
+user's script holds ~7 MB. The overheads are Python work (adapters, pool, worker loops), so they are scaled by
+how fast this machine runs Python (a reference loop timed in turns with the env, see
+:func:`~shmvec.engine.env_timing.time_env_and_machine`): on a machine slower than the calibration one, the
+round trips cost more, and unscaled overheads would send a few light envs to workers where staying in-process
+is faster.
 
-The model is that of a training loop, the loop users run: the caller computes (a
-policy's forward pass) between steps, and every step with workers is charged a wake-up
-(:data:`T_SYNC_BLOCK`) on its critical path: workers block through a long forward pass
-rather than hold its cores, and even spinning through a short one they share the cores
-with the caller's threads (:class:`~shmvec.ipc.protocol.NextWait`); the policy's own
-threads then run slower too (:data:`T_CALLER_TAX`). A few light envs then stay in the
-main process, where this would cost more than the envs' whole step. The plan is made
-before the caller's first step, so it prices a caller whose compute between steps is
-heavy (SAC's gradient step per env step, a CNN): with a light one (an MLP policy) the pool
-gives torch's threads to the workers' cores (:mod:`~shmvec.engine.caller_threads`), and
-a worker would cost less than this. In a bare stepping loop the waits spin, and the same
-plan runs faster than the model says. Among the candidates within
-:data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env in the main
-process (heavy envs then run isolated in workers at no cost).
+The model is that of a training loop, the loop users run: the caller computes (a policy's forward pass)
+between steps, and every step with workers is charged a wake-up (:data:`T_SYNC_BLOCK`) on its critical path:
+workers block through a long forward pass rather than hold its cores, and even spinning through a short one
+they share the cores with the caller's threads (:class:`~shmvec.ipc.protocol.NextWait`); the policy's own
+threads then run slower too (:data:`T_CALLER_TAX`). A few light envs then stay in the main process, where this
+would cost more than the envs' whole step. The plan is made before the caller's first step, so it prices a
+caller whose compute between steps is heavy (SAC's gradient step per env step, a CNN): with a light one (an
+MLP policy) the pool gives torch's threads to the workers' cores (:mod:`~shmvec.engine.caller_threads`), and a
+worker would cost less than this. In a bare stepping loop the waits spin, and the same plan runs faster than
+the model says. Among the candidates within :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with
+no env in the main process (heavy envs then run isolated in workers at no cost).
 
-When the lanes outnumber the cores nobody spins: every wait blocks, so no more processes
-spin than there are cores (or quota) to spin on.
+When the lanes outnumber the cores nobody spins: every wait blocks, so no more processes spin than there are
+cores (or quota) to spin on.
 
-An explicit ``n_workers=K`` is obeyed as given (``main_shard`` only if asked); only the
-wait policy is chosen. Everything here but :func:`~shmvec.engine.env_timing.time_env_and_machine` and
-:func:`usable_cores` is pure: :func:`choose` is unit-tested with injected timings and
-is what ``python -m shmvec.tune`` recommends.
+An explicit ``n_workers=K`` is obeyed as given (``main_shard`` only if asked); only the wait policy is chosen.
+Everything here but :func:`~shmvec.engine.env_timing.time_env_and_machine` and :func:`usable_cores` is pure:
+:func:`choose` is unit-tested with injected timings and is what ``python -m shmvec.tune`` recommends.
 
-Isolation: only ``n_workers=len(env_fns)`` with ``main_shard`` left unset (or False)
-guarantees one env per process and no env in the main process; ``n_workers=None`` may
-step envs in the main process and builds one extra env there to time it.
-"""
+Isolation: only ``n_workers=len(env_fns)`` with ``main_shard`` left unset (or False) guarantees one env per
+process and no env in the main process; ``n_workers=None`` may step envs in the main process and builds one
+extra env there to time it."""
 
 from __future__ import annotations
 
@@ -103,9 +95,7 @@ T_PER_CROWDED_WORKER = 12e-6
 # A worker's CPU per step outside its envs (woken from a futex, its command loop, its post, the
 # context switches around its env's wait), which lanes beyond the cores share them for (same fit).
 T_WORKER_CYCLE = 55e-6
-# An env_method round trip to workers blocked in their wait (a wake-up, the request and reply
-# pickled): HER's compute_reward (two 256x3 arrays, 256 infos) took 92 µs at n_workers=2 on the
-# 2-core VM at scale ~1.8.
+# An env_method round trip to blocked workers: HER's compute_reward took 92 µs, n_workers=2, 2-core VM, scale ~1.8.
 T_RARE_CALL = 50e-6
 # Envs whose step is less than this share CPU (thread CPU time / wall time) are planned as waiting:
 # lanes beyond the cores are considered for them.
@@ -200,8 +190,7 @@ def predicted_step_time(
     caller runs a policy between steps, so workers wake up from a blocked wait each step
     and the policy's threads pay :data:`T_CALLER_TAX` (``False``: a bare stepping loop,
     where they spin). ``cpu_share``: the part of ``t_env`` that is CPU (the rest waits).
-    ``calls_per_step``: ``env_method`` calls the caller makes each step (in the main process
-    they are direct; with workers each is a round trip, :data:`T_RARE_CALL`)."""
+    ``calls_per_step``: ``env_method`` calls each step, a round trip (:data:`T_RARE_CALL`) with workers."""
     lanes = n_workers + main_shard
     largest, _ = shard_sizes(num_envs, n_workers, main_shard)
     per_env = t_env + T_WRITE_PER_ENV * scale
@@ -256,8 +245,7 @@ def choose(
     ``cpu_share``: the share of ``t_env`` that is CPU; under :data:`WAITING_SHARE` the env is
     planned as waiting, with up to ``lanes`` workers (default :func:`max_lanes`).
     ``mix=False``: no plan with envs both in the main process and in workers.
-    ``calls_per_step``: ``env_method`` round trips the caller makes each step (an env with
-    ``action_masks`` or ``compute_reward``, see :data:`~shmvec.engine.env_timing.PER_STEP_CALLS`).
+    ``calls_per_step``: ``env_method`` calls each step (:data:`~shmvec.engine.env_timing.PER_STEP_CALLS`).
     ``batch_size`` (fewer than ``num_envs``): the caller collects in async batches, so every env
     runs in a worker (``main_shard`` False unless given), stepping one batch while the caller
     works on another; the worker count is the one a synchronous step would use, and the reason

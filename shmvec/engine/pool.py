@@ -66,6 +66,7 @@ from gymnasium.vector import AutoresetMode
 
 from shmvec.engine.async_schedule import AsyncSchedule
 from shmvec.engine.caller_threads import CallerThreads, caller_threads_for_pool
+from shmvec.engine.env_building import build_envs, describe_envs
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.interface import EngineBase
 from shmvec.engine.link import WorkerLink, mp_context
@@ -75,15 +76,7 @@ from shmvec.engine.rare_calls import Requests
 from shmvec.engine.resources import PoolResources, finalize_unclosed
 from shmvec.engine.restart import Rebuild, Restarter
 from shmvec.engine.script_setup import for_workers, worker_start
-from shmvec.engine.shard import (
-    EnvFailed,
-    Shard,
-    build_envs,
-    copied_record,
-    describe_envs,
-    merged_records,
-    with_shm_finals,
-)
+from shmvec.engine.shard import EnvFailed, Shard, copied_record, merged_records, with_shm_finals
 from shmvec.engine.step_tree import StepTree
 from shmvec.engine.timing_run import timer
 from shmvec.engine.validation import check_env_fns, check_same_spaces

@@ -27,7 +27,8 @@ import threadpoolctl
 from gymnasium.vector import AutoresetMode
 
 from shmvec.engine import script_setup
-from shmvec.engine.shard import EnvFailed, Shard, build_envs, describe_envs
+from shmvec.engine.env_building import build_envs, describe_envs
+from shmvec.engine.shard import EnvFailed, Shard
 from shmvec.ipc import layout as lay
 from shmvec.ipc import wire
 from shmvec.ipc.arena import attach
