@@ -13,9 +13,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from shmvec.adapters import gym_resets
 from shmvec.adapters.gym_infos import add_record_infos
+from shmvec.adapters.public_calls import other_call, step_end, step_start
 from shmvec.engine.validation import seconds
 from shmvec.errors import InvalidActionError, NoPendingCallError, ResetNeededError
-from shmvec.ipc.interrupts import holding
 
 
 class _BatchInfos:
@@ -33,7 +33,7 @@ class AsyncBatches:
     batch_size: int
     _last_env_ids: np.ndarray | None = None
 
-    @holding
+    @other_call
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Start resetting every env (env ``i`` gets ``seed + i``); :meth:`recv` returns them.
 
@@ -63,7 +63,7 @@ class AsyncBatches:
         self._pool.send_reset({i: {"seed": seeds[i], "options": options} for i in targets})
         self._needs_reset[targets] = False
 
-    @holding
+    @step_start
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Step the envs ``env_ids`` (default: those of the last :meth:`recv`) with ``actions``, one per env.
 
@@ -87,7 +87,7 @@ class AsyncBatches:
         self._before_write(env_ids)
         self._pool.send(env_ids)
 
-    @holding
+    @step_end
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The results of the first ``batch_size`` envs to finish, first finished first.
 

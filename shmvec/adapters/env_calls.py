@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.async_vector_env import AsyncState
 
+from shmvec.adapters.public_calls import other_call
 from shmvec.engine import ops
 from shmvec.engine.interface import Engine
 from shmvec.engine.validation import seconds
@@ -24,7 +25,6 @@ from shmvec.errors import (
     StepStateError,
     StepTimeoutError,
 )
-from shmvec.ipc.interrupts import holding
 from shmvec.ipc.protocol import RunOps
 
 # Names `call` refuses, as AsyncVectorEnv does: they would bypass the shared buffers
@@ -41,7 +41,7 @@ class EnvCalls:
     batch_size: int | None
     closed: bool
 
-    @holding
+    @other_call
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``env.get_wrapper_attr(name)(*args, **kwargs)`` in every env, or return the attribute if not callable.
 
@@ -58,7 +58,7 @@ class EnvCalls:
         self.call_async(name, *args, **kwargs)
         return self.call_wait()
 
-    @holding
+    @other_call
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         """Start :meth:`call` in every env; :meth:`call_wait` returns the results.
 
@@ -74,7 +74,7 @@ class EnvCalls:
         self._pool.call_async(RunOps(dict.fromkeys(range(self.num_envs), ops.CallOrGet(name, args, kwargs))))
         self._state = AsyncState.WAITING_CALL
 
-    @holding
+    @other_call
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for the call started by :meth:`call_async`; return one result per env, in env order.
 

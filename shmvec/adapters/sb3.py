@@ -13,6 +13,7 @@ from gymnasium.vector import AutoresetMode
 
 from shmvec.backends import make_pool
 from shmvec.engine import ops
+from shmvec.engine.call_clock import timed_call, timed_step, timed_step_start
 from shmvec.engine.interface import Engine
 from shmvec.engine.validation import checked_column, split_actions
 from shmvec.ipc import interrupts, pinning
@@ -119,6 +120,7 @@ class ShmPoolVecEnv(VecEnv):
             env_wrapper=ops.patch_legacy_env,
             obs_buffers=1 if self.copy else 2,  # zero-copy: the caller reads one buffer while a step writes the other
         )
+        self._clock = self._pool.clock  # see timings
         try:
             observation_space = self._pool.single_observation_space
             lay.require_fixed_size(observation_space, "observation", "ShmPoolVecEnv")  # SB3 needs arrays
@@ -151,11 +153,13 @@ class ShmPoolVecEnv(VecEnv):
     # -- stepping ------------------------------------------------------------------
 
     @interrupts.holding  # one call: a Ctrl-C between the halves would leave the step pending
+    @timed_step
     def step(self, actions: np.ndarray | Sequence[Any]) -> VecEnvStepReturn:
         """Step every env with ``actions`` (see :meth:`step_async`); SB3's ``VecEnv.step``."""
         self.step_async(actions)
         return self.step_wait()
 
+    @timed_step_start
     def step_async(self, actions: np.ndarray | Sequence[Any]) -> None:
         """Check the actions, write them to shared memory and start the step.
 
@@ -187,6 +191,7 @@ class ShmPoolVecEnv(VecEnv):
             for path, view, leaf_space in self._action_leaves
         ]
 
+    @timed_step
     def step_wait(self) -> VecEnvStepReturn:
         pool = self._pool
         sent = pool.step_wait()
@@ -231,6 +236,7 @@ class ShmPoolVecEnv(VecEnv):
             self._pin_checks = 0
             self._pool.page_lock()
 
+    @timed_call
     def reset(self) -> VecEnvObs:
         if self._pin_checks:
             self._pin_if_cuda_started()
@@ -257,6 +263,7 @@ class ShmPoolVecEnv(VecEnv):
 
     # -- rare calls ----------------------------------------------------------------
 
+    @timed_call
     def _run(self, op: Callable[[gym.Env], Any], indices: VecEnvIndices) -> list[Any]:
         targets = self._indices(indices)
         if len(set(targets)) == len(targets):

@@ -27,11 +27,11 @@ from shmvec.adapters.env_calls import EnvCalls
 from shmvec.adapters.gym_actions import GymActions
 from shmvec.adapters.gym_infos import add_step_infos
 from shmvec.adapters.gym_results import GymResults
+from shmvec.adapters.public_calls import other_call, step_end, step_start
 from shmvec.adapters.torch_device import DeviceHandoff
 from shmvec.backends import make_pool
 from shmvec.engine.interface import Engine
 from shmvec.errors import ResetNeededError, SpaceMismatchError, StepTimeoutError, WorkerDiedError
-from shmvec.ipc.interrupts import holding
 from shmvec.ipc.protocol import Reset
 from shmvec.options import PoolOptions, options_doc
 
@@ -151,7 +151,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
             if exc.space == "observation" and observation_mode == "different":
                 batch_differing_spaces(exc.spaces)  # AsyncVectorEnv fails here first, if it fails
             raise gym_spaces.space_mismatch(exc.space, exc.spaces, observation_mode, type(self).__name__) from exc
-        pool = self._pool
+        pool, self._clock = self._pool, self._pool.clock  # the clock: see timings
         pool.collect_info_rows(main_shard=True)  # step infos of shared rows come as groups: see gym_infos
         try:
             self.num_envs = pool.num_envs
@@ -180,7 +180,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
 
     # -- reset ---------------------------------------------------------------------
 
-    @holding
+    @other_call
     def reset(
         self,
         *,
@@ -211,7 +211,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
         self.reset_async(seed=seed, options=options)
         return self.reset_wait()
 
-    @holding
+    @other_call
     def reset_async(
         self,
         seed: int | Sequence[int | None] | None = None,
@@ -236,7 +236,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
         self._reset_mask = mask
         self._state = AsyncState.WAITING_RESET
 
-    @holding
+    @other_call
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the reset started by :meth:`reset_async` and return ``(obs, infos)``, as :meth:`reset` does.
 
@@ -262,7 +262,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
 
     # -- stepping ------------------------------------------------------------------
 
-    @holding
+    @step_end
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with its action; return ``(obs, rewards, terminations, truncations, infos)``.
 
@@ -289,7 +289,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
         self.step_async(actions)
         return self.step_wait()
 
-    @holding
+    @step_start
     def step_async(self, actions: Any) -> None:
         """Check the actions, write them to shared memory and start the step.
 
@@ -320,7 +320,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
         self._pool.step_async(pickled or None)
         self._state = AsyncState.WAITING_STEP
 
-    @holding
+    @step_end
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Wait for the step started by :meth:`step_async` and return its results.
 

@@ -2,14 +2,12 @@
 
 The envs are split into contiguous shards, one per node. On each node one Ray actor
 (:class:`~shmvec.backends.ray_node.NodeShard`) runs a local :class:`~shmvec.engine.pool.ShmPool` over its
-shard, so shared memory and semaphores stay on that node. This module is the driver's
-side (its node bookkeeping: :mod:`shmvec.backends.ray_cluster`; its rare calls and async batches:
-:mod:`shmvec.backends.ray_requests`, :mod:`shmvec.backends.ray_batches`); the node's (the actor,
-and the messages it sends back) is :mod:`shmvec.backends.ray_node`.
-The driver keeps plain numpy arrays with the local pool's names and shapes
-(``obs_leaves``, ``rewards``, ...) and fills them from the nodes' answers: the adapters
-cannot tell the two engines apart. Env indices are global on the driver and in every
-record; a node's pool numbers its envs from 0, and the actor translates both ways.
+shard, so shared memory and semaphores stay on that node. This module is the driver's side (its node
+bookkeeping: :mod:`shmvec.backends.ray_cluster`; its rare calls and async batches: :mod:`shmvec.backends.ray_requests`,
+:mod:`shmvec.backends.ray_batches`); the node's (the actor, and its answers) is :mod:`shmvec.backends.ray_node`.
+The driver keeps plain numpy arrays with the local pool's names and shapes (``obs_leaves``, ``rewards``, ...)
+and fills them from the nodes' answers: the adapters cannot tell the two engines apart. Env indices are global
+on the driver and in every record; a node's pool numbers its envs from 0, and the actor translates both ways.
 
 Synchronous step (one Ray call per node per step; numpy through the object store)::
 
@@ -19,11 +17,10 @@ Synchronous step (one Ray call per node per step; numpy through the object store
     step_wait: ray.wait(all, timeout) ◀────────── Rows: obs, rewards, flags of [s_n, e_n),
       write each node's rows                      records (global env indices) | ErrorReport
 
-Rare calls (reset, get_attr, ...) travel the same way (``actor.request``). Async batches
-(``send``/``recv``) are per node: ``send`` makes one call per node that holds some of the
-envs, and ``recv`` takes a node's envs when its call answers (``ray.wait``, first come
-first served), so a batch never waits for a slower node, but one node's envs come back
-together.
+Rare calls (reset, get_attr, ...) travel the same way (``actor.request``). Async batches (``send``/``recv``) are
+per node: ``send`` makes one call per node that holds some of the envs, and ``recv`` takes a node's envs when
+its call answers (``ray.wait``, first come first served), so a batch never waits for a slower node, but one
+node's envs come back together.
 
 A node actor that dies (node lost, OOM kill, ``ray.kill``) raises
 :class:`~shmvec.errors.WorkerDiedError` naming the node and its envs; with
@@ -71,6 +68,7 @@ from shmvec.backends.ray_cluster import (
 )
 from shmvec.backends.ray_node import NodeInfo, NodeShard, Rows
 from shmvec.backends.ray_requests import RayRequests
+from shmvec.engine.call_clock import CallClock
 from shmvec.engine.failures import not_answered, rebuilt
 from shmvec.engine.interface import EngineBase
 from shmvec.engine.pool import START_TIMEOUT
@@ -117,6 +115,7 @@ class RayPool(EngineBase):
         self.num_envs = len(env_fns)
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.timeout = options.timeout
+        self.clock = CallClock()  # where the driver's time goes (the adapters' calls wrap it)
         self.pending: str | None = None
         self._step_refs: dict[int, Any] = {}
         self.restarts = 0
@@ -212,7 +211,9 @@ class RayPool(EngineBase):
     def step_wait(self, timeout: float | None = None) -> list[StepInfo]:
         """Wait for every node's step and write its rows; return the records, in env order."""
         self.take_pending("step")
+        waiting = time.perf_counter()
         answers = self.collect_answers(self._step_refs, timeout, restart=True)
+        self.clock.waited(waiting, time.perf_counter())  # the nodes' steps and the network
         records: list[StepInfo] = []
         for node in self.nodes:
             records += self.write_rows(node, answers[node.index])

@@ -164,6 +164,7 @@ class AsyncSchedule(EnvStates):
         ready = self.ready
         if time.monotonic() - self._liveness_at > LIVENESS_INTERVAL:
             self._check_alive(None, None)  # else a dead worker's envs could vanish while others keep the batches full
+        waiting = time.perf_counter()
         while True:
             ready.drain()  # the posts of what this scan takes; later ones wake the wait below
             self._scan()
@@ -172,6 +173,7 @@ class AsyncSchedule(EnvStates):
             if not ready.wait(LIVENESS_INTERVAL):
                 raise_held()  # a Ctrl-C held meanwhile: what the scans took is queued, nothing is half-counted
                 self._check_alive(deadline, timeout)
+        self.pool.clock.waited(waiting, time.perf_counter())
         ids = self._dequeue(batch_size)
         env_ids = np.array(ids, dtype=np.int64)
         records = [self.records.pop(i) for i in ids if i in self.records]

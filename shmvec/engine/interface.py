@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from shmvec.engine.breakable import Breakable
+from shmvec.engine.call_clock import CallClock
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.info_rows import InfoGroup
 from shmvec.ipc.obs_buffers import ObsBuffers
@@ -42,6 +43,7 @@ class Engine(Protocol):
     env_render_mode: str | None  # env 0's ``render_mode``
     timeout: float | None  # the default limit of a wait, in seconds
     closed: bool
+    clock: CallClock  # where the main thread's time goes: the adapters wrap their calls in it
     actions: ActionRows  # the adapters write each step's actions here
     action_leaves: dict[Path, np.ndarray]  # per fixed-size action leaf, its rows in the space's dtype
     obs_leaves: dict[Path, np.ndarray]  # per fixed-size observation leaf, the rows the last call wrote

@@ -65,6 +65,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec.engine.async_schedule import AsyncSchedule
+from shmvec.engine.call_clock import CallClock
 from shmvec.engine.caller_threads import CallerThreads, caller_threads_for_pool
 from shmvec.engine.env_building import build_envs, describe_envs
 from shmvec.engine.failures import main_shard_error
@@ -153,6 +154,7 @@ class ShmPool(WorkerWaits, EngineBase):
         self._res = PoolResources()
         self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
         self.restarter: Restarter | None = None  # restart mode, once started: a death during start-up raises
+        self.clock = CallClock()  # where the main thread's time goes (the adapters' calls wrap it)
         try:
             self._start(env_fns, env_wrapper, obs_space_match, obs_buffers)
         except BaseException:
@@ -213,9 +215,8 @@ class ShmPool(WorkerWaits, EngineBase):
             link.conn.send_bytes(pickle.dumps(self.attach_message(step_children=children)))
         self.main: Shard | None = None  # the main process's shard, shards[-1], if main_shard
         if self.main_shard:
-            self.main = Shard(
-                res.main_envs, self.shards[-1][0], views, self.layout, self.autoreset_mode, self.single_action_space
-            )
+            start, space = self.shards[-1][0], self.single_action_space
+            self.main = Shard(res.main_envs, start, views, self.layout, self.autoreset_mode, space, lane=self.n_workers)
         short_spin, self.omp_spin = short_spin_for_pool(opts.omp_spin, self.n_workers)
         # told of every step (and async send) and its return: see caller_threads
         busy = min(self.n_workers, math.ceil(self.n_workers * plan.cpu_share))  # workers of envs that wait idle
@@ -295,15 +296,19 @@ class ShmPool(WorkerWaits, EngineBase):
         """Wait for the pending step (``timeout`` overrides the pool's); results are in the arena views.
         Returns the records the workers sent (infos, episode ends)."""
         self.take_pending("step")
-        main_infos, main_failure = [], None
+        main_infos, main_failure, clock = [], None, self.clock
+        started = time.perf_counter()
         if self.main is not None:  # step ours while the workers step theirs
             try:
                 main_infos = self.main.step(self.main.read_actions(self.pickled.main_actions))
             except EnvFailed as failure:
                 main_failure = failure
+            clock.stepped(time.perf_counter() - started)
         dead: list[WorkerLink] | None = [] if self.restarter else None
         tree, end = self._step_tree, self.deadline(timeout)  # one deadline, however many waits the step takes
+        waiting = time.perf_counter()
         replies = tree.collect(self.collect, timeout, end) if tree else self.collect(self.links, timeout, dead, end)
+        clock.waited(waiting, time.perf_counter())
         if main_failure is not None:
             raise main_shard_error(main_failure)
         for link in dead or ():

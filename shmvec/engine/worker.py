@@ -154,7 +154,7 @@ def worker_main(
         arena = attach(attach_msg.arena_name, attach_msg.layout.nbytes)
         views = attach_msg.layout.views(arena)
         layout, mode = attach_msg.layout, attach_msg.autoreset_mode
-        shard = Shard(envs, first_env, views, layout, mode, envs[0].action_space, InfoWriter(views, worker))
+        shard = Shard(envs, first_env, views, layout, mode, envs[0].action_space, InfoWriter(views, worker), worker)
         ready = Signal.open(attach_msg.ready_name)
         sends = _Sends(worker, conn, ready, finished, shard, views)
         if shard.double_buffered:  # a restarted worker joins the step in progress: its buffer

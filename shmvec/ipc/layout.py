@@ -28,6 +28,7 @@ from gymnasium import spaces
 
 from shmvec.errors import UnsupportedSpaceError
 from shmvec.ipc.info_rows import INFO_CODE, INFO_ROW_BYTES, INFO_ROWS, INFO_SCHEMAS, SCHEMA_BLOCK_BYTES
+from shmvec.ipc.timing_rows import timing_fields
 
 ALIGNMENT = 64  # bytes; one cache line, so neighbouring fields never share one
 
@@ -213,6 +214,7 @@ class ArenaLayout:
             (INFO_ROWS, (n_envs, INFO_ROW_BYTES), np.dtype(np.uint8)),  # see shmvec.ipc.info_rows
             (INFO_CODE, (n_envs,), np.dtype(np.uint8)),
             (INFO_SCHEMAS, (n_workers + 1, SCHEMA_BLOCK_BYTES), np.dtype(np.uint8)),  # the last: a main shard's
+            *timing_fields(n_envs, n_workers),  # when each lane's steps ran: see shmvec.ipc.timing_rows
         ]
         wanted += [
             (obs_field(leaf.path, b), (n_envs, *leaf.shape), leaf.dtype)

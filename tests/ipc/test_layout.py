@@ -15,6 +15,7 @@ from gymnasium import spaces
 from shmvec.errors import UnsupportedSpaceError
 from shmvec.ipc import layout as lay
 from shmvec.ipc.info_rows import INFO_CODE, INFO_ROWS, INFO_SCHEMAS
+from shmvec.ipc.timing_rows import ENV_HIST, ENV_TOTALS, HIST_BINS, LANE_RING, LANE_TOTALS, RING
 from tests.envs import Token, TokenSpace
 from tests.helpers import assert_same
 
@@ -52,6 +53,7 @@ NESTED_LEAVES = [
 CONTROL_FIELDS = [
     *["ctrl", "reward", "terminated", "truncated", "inbox", "outbox", "ready_ns", "env_status"],
     *[INFO_ROWS, INFO_CODE, INFO_SCHEMAS],
+    *[LANE_RING, LANE_TOTALS, ENV_HIST, ENV_TOTALS],
 ]
 
 
@@ -193,6 +195,8 @@ def test_plan_places_nested_spaces_without_pickled_leaves():
     assert shapes["env_status"] == ((5,), np.dtype(np.int8))
     assert shapes[INFO_ROWS] == ((5, 512), np.dtype(np.uint8)) and shapes[INFO_CODE] == ((5,), np.dtype(np.uint8))
     assert shapes[INFO_SCHEMAS] == ((3, 4096), np.dtype(np.uint8))  # a block per worker, and the main shard's
+    assert shapes[LANE_RING] == ((3, RING, 3), np.dtype(np.int64))  # a lane per worker, and the main shard's
+    assert shapes[ENV_HIST] == ((5, HIST_BINS), np.dtype(np.int32))
     assert shapes["obs('a',)"] == ((5, 2, 3), np.dtype(np.float32))
     assert shapes["obs('b', 2, 'c')"] == ((5, 4), np.dtype(np.int8))
     # an action row holds 3 values of any dtype a caller gives: the codes say which
@@ -220,6 +224,7 @@ def test_plan_gives_empty_and_one_byte_fields_a_cache_line_each():
     assert layout.fields["obs()"].nbytes == 0 and layout.fields[lay.ENV_STATUS].nbytes == 1
     assert_well_placed(layout)
     multi_line = {INFO_ROWS: 512, INFO_SCHEMAS: 2 * 4096}  # one env's info row; the worker's and a main shard's schemas
+    multi_line |= {LANE_RING: 2 * RING * 24, ENV_HIST: HIST_BINS * 4}  # two lanes' rings, an env's histogram
     small = len(layout.fields) - len(multi_line)
     assert layout.nbytes == lay.ALIGNMENT * small + sum(multi_line.values())
 
