@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from shmvec.adapters.timings_view import TimingsView
 from shmvec.backends import make_pool
 from shmvec.engine import ops
 from shmvec.engine.call_clock import timed_call, timed_step, timed_step_start
@@ -40,7 +41,7 @@ _NOT_TRUNCATED = (("TimeLimit.truncated", False),)  # what DummyVecEnv adds to t
 PIN_CHECKS = 100
 
 
-class ShmPoolVecEnv(VecEnv):
+class ShmPoolVecEnv(TimingsView, VecEnv):
     """A drop-in replacement for SB3's ``SubprocVecEnv``/``DummyVecEnv`` backed by shared memory.
 
     ``len(env_fns)`` envs run in ``n_workers`` processes; observations, rewards and dones are

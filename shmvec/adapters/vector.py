@@ -28,6 +28,7 @@ from shmvec.adapters.gym_actions import GymActions
 from shmvec.adapters.gym_infos import add_step_infos
 from shmvec.adapters.gym_results import GymResults
 from shmvec.adapters.public_calls import other_call, step_end, step_start
+from shmvec.adapters.timings_view import TimingsView
 from shmvec.adapters.torch_device import DeviceHandoff
 from shmvec.backends import make_pool
 from shmvec.engine.interface import Engine
@@ -38,7 +39,7 @@ from shmvec.options import PoolOptions, options_doc
 __all__ = ["ShmVectorEnv"]
 
 
-class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, VectorEnv):
+class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
     """A drop-in replacement for Gymnasium's ``AsyncVectorEnv``/``SyncVectorEnv`` over shared memory.
 
     ``len(env_fns)`` envs run in ``n_workers`` processes (contiguous shards, sizes differing

@@ -115,7 +115,6 @@ class RayPool(EngineBase):
         self.num_envs = len(env_fns)
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.timeout = options.timeout
-        self.clock = CallClock()  # where the driver's time goes (the adapters' calls wrap it)
         self.pending: str | None = None
         self._step_refs: dict[int, Any] = {}
         self.restarts = 0
@@ -133,6 +132,7 @@ class RayPool(EngineBase):
         except BaseException:
             self.close()
             raise
+        self.clock = CallClock()  # where the driver's time goes from now on (the adapters' calls wrap it)
 
     @property
     def nodes(self) -> list[Node]:

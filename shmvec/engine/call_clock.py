@@ -31,6 +31,7 @@ class CallClock:
         self.depth = 0  # calls in progress (a public call may make another)
         self.caller = self.in_steps = self.in_calls = self.main_envs = self.waiting = 0.0
         self.steps = 0
+        self.baseline: Any = None  # the pool's timing rows when the clock was reset (their counts start there)
         self._wait_start = self._wait_end = 0.0
         self._step_started: float | None = None  # a step started by a call before the one that ends it
         # The last RING steps: entered, waiting from, waiting until, left (perf_counter seconds).
@@ -73,10 +74,10 @@ class CallClock:
         self.waiting += end - start
         self._wait_start, self._wait_end = start, end
 
-    def reset(self) -> None:
-        """Totals from now on (a call in progress counts from now)."""
+    def reset(self, rows: Any = None) -> None:
+        """Totals from now on (a call in progress counts from now); ``rows``: the pool's timing rows now."""
         now = time.perf_counter()
-        self.since = now
+        self.since, self.baseline = now, rows
         self.caller = self.in_steps = self.in_calls = self.main_envs = self.waiting = 0.0
         self.steps = 0
         if self.depth:

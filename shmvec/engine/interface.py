@@ -24,10 +24,13 @@ import numpy as np
 
 from shmvec.engine.breakable import Breakable
 from shmvec.engine.call_clock import CallClock
+from shmvec.engine.plan import describe_plan, usable_cores
+from shmvec.engine.timings import Timings, snapshot
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.info_rows import InfoGroup
 from shmvec.ipc.obs_buffers import ObsBuffers
 from shmvec.ipc.protocol import Reset, RunOps, StepInfo
+from shmvec.ipc.timing_rows import read_rows
 
 Path = tuple[Any, ...]  # a leaf's path in a nested space; () for a flat one
 
@@ -79,6 +82,9 @@ class Engine(Protocol):
 
     def run(self, ops: dict[int, Callable[[gym.Env], Any]]) -> dict[int, Any]:
         """Call ``ops[i](env i)`` for each env id; the results by env id."""
+
+    def timings(self) -> Timings:
+        """Where the main thread's time went (:mod:`~shmvec.engine.timings`)."""
 
     def call_async(self, request: Reset | RunOps, beside_sends: bool = False) -> None:
         """Start a reset or operations; ``beside_sends``: while other envs have sends in flight."""
@@ -134,6 +140,21 @@ class EngineBase(ObsBuffers, Breakable):
     @property
     def pickled_action_paths(self) -> tuple[Path, ...]:
         return self.pickled.action_paths
+
+    def timings(self) -> Timings:
+        """Where the time went since the pool started or since the last reset (:mod:`~shmvec.engine.timings`)."""
+        views = getattr(self, "views", None)  # the local pool's arena; Ray's driver has none
+        plan = getattr(self, "plan", None)
+        layout = {
+            "num_envs": self.num_envs,
+            "n_workers": self.n_workers,
+            "main_shard": bool(getattr(self, "main_shard", False)),
+            "cores": usable_cores(),
+            "plan": describe_plan(plan) if plan is not None else f"backend=ray, {self.n_workers} nodes",
+            "remote": views is None,
+        }
+        rows = read_rows(views) if views is not None else None
+        return snapshot(self.clock, rows, getattr(self, "shards", []), layout)
 
     def call_async(self, request: Reset | RunOps, beside_sends: bool = False) -> None:
         self.requests.send(request, beside_sends)

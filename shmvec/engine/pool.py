@@ -154,12 +154,12 @@ class ShmPool(WorkerWaits, EngineBase):
         self._res = PoolResources()
         self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
         self.restarter: Restarter | None = None  # restart mode, once started: a death during start-up raises
-        self.clock = CallClock()  # where the main thread's time goes (the adapters' calls wrap it)
         try:
             self._start(env_fns, env_wrapper, obs_space_match, obs_buffers)
         except BaseException:
             self.close()  # also detaches the finalizer: no ResourceWarning for a failed start
             raise
+        self.clock = CallClock()  # where the main thread's time goes from now on (the adapters' calls wrap it)
 
     # -- start-up ------------------------------------------------------------------
 

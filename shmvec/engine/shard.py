@@ -155,6 +155,8 @@ class Shard:
         rewards, terms, truncs, rows, codes = [0.0] * n, [False] * n, [False] * n, [None] * n, [0] * n
         infos: list[StepInfo] = []
         j = 0
+        if stamps is not None:
+            stamps.append(clock())
         try:
             for j in range(n):
                 env = envs[j]

@@ -45,8 +45,8 @@ def _ints(view: np.ndarray, fmt: str) -> memoryview:
 class LaneTimer:
     """Written by the lane that steps envs ``[start, stop)``: call :meth:`begin` before a step and
     :meth:`end` after it (before its post). :meth:`begin` returns a list on the steps whose envs
-    are timed one by one: the lane appends ``time.perf_counter_ns()`` after each env's step and
-    lists in ``resets`` the envs (0-based in the shard) that reset in that step."""
+    are timed one by one: the lane appends ``time.perf_counter_ns()`` before the first env's step
+    and after each env's step, and lists in ``resets`` the envs (0-based in the shard) that reset in that step."""
 
     def __init__(self, views: dict[str, np.ndarray], lane: int, start: int, stop: int):
         self._ring = _ints(views[LANE_RING][lane], "q")
@@ -72,8 +72,8 @@ class LaneTimer:
             self._record_envs(stamps, resets or ())
 
     def _record_envs(self, stamps: list[int], resets) -> None:
-        hist, totals, previous = self._hist, self._env_totals, self._started
-        for j, stamp in enumerate(stamps):
+        hist, totals, previous = self._hist, self._env_totals, stamps[0]
+        for j, stamp in enumerate(stamps[1:]):
             took, previous = stamp - previous, stamp
             row = 4 * j
             if j in resets:

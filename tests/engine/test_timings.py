@@ -1,0 +1,201 @@
+"""``envs.timings`` against known costs: envs that compute or wait a set time, a caller that
+computes a set time between steps, one straggler env. Each share must come within 5 % of the
+wall time (absolute) of the truth: the test's own clock of the caller, and the envs' own clock of
+each step (written to a file when they close), so that a loaded machine moves both alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from shmvec import ShmPoolVecEnv, ShmVectorEnv
+from tests.global_rng_env import WaitingEnv, _TimedEnv
+
+TOLERANCE = 0.05
+
+
+class ClockedEnv(_TimedEnv):
+    """Computes (``wait=False``) or sleeps ``seconds`` per step; at close, appends its steps' own
+    wall times to ``path`` as a line ``index t0 t1 ...``."""
+
+    def __init__(self, seconds: float, path: str, index: int, wait: bool):
+        super().__init__(seconds)
+        self.path, self.index, self.wait, self.took = path, index, wait, []
+        self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def step(self, action):
+        start = time.perf_counter()
+        if self.wait:
+            time.sleep(self.seconds)
+        else:
+            while time.perf_counter() - start < self.seconds:
+                pass
+        self.took.append(time.perf_counter() - start)
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def close(self):
+        with open(self.path, "a") as out:
+            out.write(" ".join([str(self.index), *map(repr, self.took)]) + "\n")
+
+
+def clocked(path, seconds: list[float], wait: bool) -> list:
+    return [functools.partial(ClockedEnv, s, str(path), i, wait) for i, s in enumerate(seconds)]
+
+
+def env_times(path, skip: int) -> np.ndarray:
+    """(envs, steps): each env's step times as it clocked them, the first ``skip`` steps left out."""
+    rows = {}
+    for line in path.read_text().split("\n"):
+        if line:
+            index, *took = line.split()
+            rows[int(index)] = [float(t) for t in took[skip:]]
+    return np.array([rows[i] for i in sorted(rows)])
+
+
+def lane_truths(times: np.ndarray, shards: list[range]) -> tuple[float, float]:
+    """(the typical lane's stepping, the slowest lane's beyond it), summed over the steps."""
+    busy = np.array([times[list(shard)].sum(axis=0) for shard in shards])  # (lanes, steps)
+    typical = np.median(busy, axis=0)
+    return float(typical.sum()), float((busy.max(axis=0) - typical).sum())
+
+
+def burn(seconds: float) -> float:
+    """Compute for ``seconds`` (a busy loop on the clock); the seconds it took."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        pass
+    return time.perf_counter() - start
+
+
+def run_sync(envs, steps: int, caller_seconds: float) -> tuple[float, float]:
+    """Step ``envs`` ``steps`` times, the caller computing ``caller_seconds`` between steps;
+    (the wall time since the timings were reset, the caller's time in it)."""
+    actions = np.zeros(envs.num_envs, dtype=np.int64)
+    envs.reset()
+    envs.step(actions)
+    envs.timings.reset()
+    start, caller = time.perf_counter(), 0.0
+    for _ in range(steps):
+        envs.step(actions)
+        caller += burn(caller_seconds)
+    return time.perf_counter() - start, caller
+
+
+def assert_near(timings, part: str, truth: float, wall: float) -> None:
+    share = timings.share(part)
+    assert abs(share - truth / wall) <= TOLERANCE, f"{part}: {share:.3f} against {truth / wall:.3f}\n{timings}"
+
+
+def test_in_process_envs_and_caller(tmp_path):
+    """n_workers=0: four envs that compute 0.5 ms each, a caller that computes 2 ms."""
+    path = tmp_path / "times"
+    envs = ShmPoolVecEnv(clocked(path, [0.5e-3] * 4, wait=False), n_workers=0, main_shard=True)
+    try:
+        wall, caller = run_sync(envs, 150, 2e-3)
+        timings = envs.timings
+    finally:
+        envs.close()
+    assert timings.steps == 150
+    assert_near(timings, "caller", caller, wall)
+    assert_near(timings, "envs", env_times(path, 1).sum(), wall)
+    assert timings.share("stragglers") == 0.0 and timings.n_workers == 0
+    assert timings.env_cpu_share > 0.5  # they compute (preempted now and then on a loaded machine)
+
+
+@pytest.mark.parametrize(
+    "adapter, n_workers, per_env", [(ShmVectorEnv, 4, 2e-3), (ShmPoolVecEnv, 2, 1e-3)], ids=["K=N", "K<N"]
+)
+def test_waiting_envs_in_workers(tmp_path, adapter, n_workers, per_env):
+    """Envs that sleep (2 ms per lane step either way) and a caller that computes 2 ms."""
+    path = tmp_path / "times"
+    envs = adapter(clocked(path, [per_env] * 4, wait=True), n_workers=n_workers)
+    try:
+        wall, caller = run_sync(envs, 100, 2e-3)
+        timings = envs.timings
+        shards = [lane.envs for lane in timings.lanes]
+    finally:
+        envs.close()
+    stepping, late = lane_truths(env_times(path, 1), shards)
+    assert_near(timings, "caller", caller, wall)
+    assert_near(timings, "envs", stepping, wall)
+    assert_near(timings, "stragglers", late, wall)
+    assert timings.env_cpu_share < 0.5  # they wait
+    assert [lane.worker for lane in timings.lanes] == list(range(n_workers))
+    assert all(lane.steps == 100 for lane in timings.lanes)
+
+
+def test_a_straggler_is_measured_and_named(tmp_path):
+    """Eight envs on four workers; env 5 sleeps 6 ms, the others 0.5 ms: worker 2 (envs 4-5)
+    steps 6.5 ms, the others 1 ms; the caller computes 1 ms."""
+    path = tmp_path / "times"
+    envs = ShmPoolVecEnv(clocked(path, [6e-3 if i == 5 else 0.5e-3 for i in range(8)], wait=True), n_workers=4)
+    try:
+        wall, caller = run_sync(envs, 80, 1e-3)
+        timings = envs.timings
+        shards = [lane.envs for lane in timings.lanes]
+    finally:
+        envs.close()
+    stepping, late = lane_truths(env_times(path, 1), shards)
+    assert_near(timings, "caller", caller, wall)
+    assert_near(timings, "envs", stepping, wall)  # the typical worker's two envs
+    assert_near(timings, "stragglers", late, wall)  # the slow worker's time beyond it
+    assert late / wall > 0.5
+    env, p99, median = timings.slowest_env()
+    assert env == 5 and p99 > 5 * median
+    assert any("env 5 is" in verdict for verdict in timings.verdicts()), str(timings)
+
+
+def test_async_batches_hide_the_envs():
+    """send/recv of two envs of four, each on its worker, sleeping 1 ms; the caller computes 2 ms
+    per batch: the other batch steps meanwhile, so the envs' share of the wall time is ~0."""
+    envs = ShmVectorEnv([functools.partial(WaitingEnv, 1e-3)] * 4, n_workers=4, batch_size=2)
+    try:
+        envs.async_reset(seed=0)
+        envs.recv()
+        envs.send(np.zeros(2, dtype=np.int64))
+        envs.timings.reset()
+        start, caller = time.perf_counter(), 0.0
+        for _ in range(150):
+            envs.recv()
+            caller += burn(2e-3)
+            envs.send(np.zeros(2, dtype=np.int64))
+        wall = time.perf_counter() - start
+        timings = envs.timings
+    finally:
+        envs.close()
+    assert timings.steps == 150
+    assert_near(timings, "caller", caller, wall)
+    assert timings.share("envs") < TOLERANCE, str(timings)
+
+
+def test_reset_starts_the_counts_again():
+    envs = ShmPoolVecEnv([functools.partial(WaitingEnv, 50e-6)] * 4, n_workers=2)
+    try:
+        run_sync(envs, 40, 0.0)
+        first = envs.timings
+        first.reset()
+        envs.step(np.zeros(4, dtype=np.int64))
+        again = envs.timings
+    finally:
+        envs.close()
+    assert first.steps == 40 and again.steps == 1
+    assert [lane.steps for lane in again.lanes] == [1, 1]
+    assert again.wall < first.wall
+    assert "steps" in str(again) and set(again.scalars()) >= {"caller_share", "envs_share", "steps_per_second"}
+
+
+def test_waiting_envs_dominate_a_bare_loop():
+    """32 envs that wait 2 ms, the default plan, nothing between steps: the verdict says the envs."""
+    envs = ShmVectorEnv([functools.partial(WaitingEnv, 2e-3)] * 32)
+    try:
+        run_sync(envs, 60, 0.0)
+        timings = envs.timings
+    finally:
+        envs.close()
+    assert timings.verdicts()[0].startswith("The envs took"), str(timings)
+    assert timings.share("envs") > 0.5
