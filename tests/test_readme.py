@@ -76,6 +76,8 @@ def test_the_demo_runs_and_says_what_the_default_chose(tmp_path):
     assert "the default chose: ShmPoolVecEnv(num_envs=2" in done.stdout  # the training run's
     trained = [line.split()[0] for line in done.stdout.splitlines() if line.endswith("x") and "s  " in line]
     assert trained[:2] == ["DummyVecEnv", "ShmPoolVecEnv"], done.stdout
+    where = done.stdout.split("Where the default's last run spent its time", 1)[1]  # envs.timings, with a verdict
+    assert "caller (policy, updates, logging)" in where and "\n* " in where, done.stdout
     waiting, stepping = done.stdout.split("Envs that wait for a simulator: 4 envs", 1)[1].split("CartPole-v1, 4 envs")
     assert "% CPU: waits)" in waiting, waiting  # the default saw that they wait
     assert [line.split()[0] for line in waiting.strip().splitlines()[-3:]] == [

@@ -95,6 +95,7 @@ def train_side_by_side(env_id: str, num_envs: int, timesteps: int, rounds: int) 
     builds = {"DummyVecEnv": lambda: DummyVecEnv(env_fns), DEFAULT: lambda: ShmPoolVecEnv(env_fns)}
     print(f"Training: PPO (SB3 defaults, n_steps=256) on {env_id} x{num_envs}, {timesteps} steps, {rounds} rounds each")
     times: dict[str, list[dict[str, float]]] = {name: [] for name in builds}
+    timings = None  # where the default's last run spent its time (envs.timings)
     for r in range(rounds):
         for name in list(builds)[r % 2 :] + list(builds)[: r % 2]:
             env = builds[name]()
@@ -102,6 +103,8 @@ def train_side_by_side(env_id: str, num_envs: int, timesteps: int, rounds: int) 
                 if r == 0 and name == DEFAULT:
                     print(f"the default chose: {env!r}")
                 times[name].append(timed_learn(PPO("MlpPolicy", env, n_steps=256, seed=r), timesteps))
+                if name == DEFAULT:
+                    timings = env.timings
             finally:
                 env.close()
     med = {
@@ -115,6 +118,8 @@ def train_side_by_side(env_id: str, num_envs: int, timesteps: int, rounds: int) 
     for name, m in med.items():
         ratio = med["DummyVecEnv"]["total"] / m["total"]
         print(f"{name:<{width}}  {m['rollout']:>7.2f}s  {m['update']:>7.2f}s  {m['total']:>7.2f}s  {ratio:>19.2f}x")
+    if timings is not None:
+        print(f"\nWhere the default's last run spent its time (print(env.timings)):\n{timings}")
     print()
 
 
