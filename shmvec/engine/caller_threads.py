@@ -45,7 +45,7 @@ class CallerThreads:
 
     ``collect_threads``: torch's thread count while the caller's compute is light
     (``auto`` mode), or from the first step on (``fixed=True``: an explicit count);
-    ``None`` leaves torch alone. ``short_spin``, if given, is told of every step as well.
+    ``None`` leaves torch alone. ``short_spin``, if given, is told of every step and every return as well.
     """
 
     def __init__(self, collect_threads: int | None, fixed: bool, short_spin: ShortSpin | None, why: str):
@@ -80,6 +80,8 @@ class CallerThreads:
     def returned(self) -> None:
         """A step's results went back to the caller: its compute starts now."""
         self.returned_at = time.perf_counter()
+        if self.short_spin is not None:
+            self.short_spin.returned()
 
     def release(self) -> None:
         """Put torch's thread count back (if this thread set it) and end the short spins."""

@@ -17,6 +17,12 @@ caller stops stepping for a while (its update, where back-to-back ops gain from 
 spin: a PPO MLP update ran 15-20 % slower with the short one), the thread ends; libgomp
 then frees its team and its default spin is back, and the next step parks it again.
 
+A pause is counted from the last results the caller got back, never during a step: on a
+loaded machine a step that waited for a worker the OS had descheduled lasted more than a
+tight loop's pause, the team was let go, and parking it again (a thread and its team
+started, the caller waiting for both) made the next steps later still: 40 teams parked
+in 0.3 s, steps 30x slower. The caller never waits for the team to park.
+
 Only libgomp is handled (torch's Linux wheels); with another OpenMP runtime, or none
 loaded when the pool starts, nothing changes.
 """
@@ -40,6 +46,8 @@ OmpSpin = Literal["auto", "short", "unchanged"]
 IDLE_STEPS = 3.0
 MIN_IDLE, MAX_IDLE = 2e-3, 50e-3
 INTERVAL_WEIGHT = 0.1  # of the newest interval in the moving average
+# A step in flight is not a pause, unless its results never came back (it raised) for this long.
+LOST_STEP = 1.0
 
 
 def loaded_libgomp() -> str | None:
@@ -76,10 +84,11 @@ class ShortSpin:
     waits; libgomp keeps a finished team's threads parked for the thread's next region,
     and counts them while deciding how long idle threads spin. The pool calls
     :meth:`step` with every step, which engages it; it lets itself go once no step came
-    for a few of the caller's usual intervals between steps (:data:`IDLE_STEPS`), so
-    that a training loop's update (back-to-back ops, where a thread that fell asleep
-    costs a wake-up per op) runs with libgomp's own spin, and the next rollout's first
-    step engages it again. :meth:`release` ends it for good.
+    for a few of the caller's usual intervals between steps (:data:`IDLE_STEPS`) after
+    the last one returned (:meth:`returned`), so that a training loop's update
+    (back-to-back ops, where a thread that fell asleep costs a wake-up per op) runs with
+    libgomp's own spin, and the next rollout's first step engages it again.
+    :meth:`release` ends it for good.
     """
 
     def __init__(self, libgomp_path: str, team: int):
@@ -90,6 +99,8 @@ class ShortSpin:
         self._region = (gomp.GOMP_parallel, ctypes.cast(gomp.omp_get_num_threads, ctypes.c_void_p))
         self._released = threading.Event()
         self._last_step = 0.0
+        self._returned_at = 0.0  # when the caller last got results back
+        self._in_flight = False  # a step was asked for and its results have not come back
         self._interval = MAX_IDLE / IDLE_STEPS  # moving average of the intervals between steps
         self.idle = MAX_IDLE  # no step for this long: the caller paused (IDLE_STEPS intervals)
         self.engaged = False
@@ -103,19 +114,30 @@ class ShortSpin:
             self._interval += INTERVAL_WEIGHT * (interval - self._interval)
             self.idle = min(MAX_IDLE, max(MIN_IDLE, IDLE_STEPS * self._interval))
         self._last_step = now
+        self._in_flight = True
         if not self.engaged and not self._released.is_set():
             self.engaged = True
-            parked = threading.Event()
-            self._thread = threading.Thread(target=self._park, args=(parked,), name="shmvec-omp-spin", daemon=True)
+            # Not waited for: the first ops after a pause may spin long once, a wait for a
+            # new thread on a loaded machine costs the caller milliseconds.
+            self._thread = threading.Thread(target=self._park, name="shmvec-omp-spin", daemon=True)
             self._thread.start()
-            parked.wait(5.0)  # parked before the policy's next ops end
 
-    def _park(self, parked: threading.Event) -> None:
+    def returned(self) -> None:
+        """A step's results went back to the caller: a pause, if any, starts now."""
+        self._returned_at = time.perf_counter()
+        self._in_flight = False
+
+    def paused_for(self, now: float) -> float:
+        """How long the caller has not been stepping (negative while a step is in flight)."""
+        if self._in_flight:
+            return now - self._last_step - LOST_STEP
+        return now - max(self._returned_at, self._last_step)
+
+    def _park(self) -> None:
         parallel, noop = self._region
         parallel(noop, None, ctypes.c_uint(self.team), ctypes.c_uint(0))
-        parked.set()
         while True:  # the team stays parked until this thread ends
-            left = self._last_step + self.idle - time.perf_counter()
+            left = self.idle - self.paused_for(time.perf_counter())
             if left <= 0.0 or self._released.wait(left):
                 break
         self.engaged = False

@@ -118,6 +118,7 @@ def test_the_pause_that_lets_go_follows_the_callers_interval_between_steps():
         assert spin.idle == MAX_IDLE
         for _ in range(60):  # a rollout: a step every ~1 ms
             spin.step()
+            spin.returned()
             time.sleep(0.001)
         assert MIN_IDLE <= spin.idle < 10e-3 and spin.engaged
         time.sleep(MAX_IDLE)  # an update
@@ -128,6 +129,23 @@ def test_the_pause_that_lets_go_follows_the_callers_interval_between_steps():
     finally:
         spin.release()
     assert poll_until(lambda: not spin.engaged and parked_threads() == [], 5.0)
+
+
+def test_a_step_in_flight_is_not_a_pause_however_long():
+    """A step that waits for a worker the OS descheduled is no update: the team stays parked."""
+    spin = ShortSpin(loaded_libgomp(), team=2)
+    try:
+        for _ in range(20):
+            spin.step()
+            spin.returned()
+            time.sleep(0.001)
+        spin.step()  # its results come back after several idle periods
+        time.sleep(10 * spin.idle)
+        assert spin.engaged and spin._thread.is_alive() and spin.paused_for(time.perf_counter()) < 0
+        spin.returned()
+        assert poll_until(lambda: not spin.engaged, 5.0)  # the pause counts from the return
+    finally:
+        spin.release()
 
 
 def test_a_pool_that_was_not_closed_releases_it_when_collected(two_torch_threads):
