@@ -171,6 +171,7 @@ class InfoReader:
         self.rows, self.codes, self.blocks = views[INFO_ROWS], views[INFO_CODE], views[INFO_SCHEMAS]
         self._shards = [(k, start, stop) for k, (start, stop) in enumerate(shards[:n_workers])]
         self._schemas: list[list[tuple[InfoSchema, np.ndarray]]] = [[] for _ in range(n_workers)]
+        self._shared: dict[InfoSchema, tuple[InfoSchema, np.ndarray]] = {}
 
     def infos(self) -> list[tuple[int, dict]]:
         """``(env index, info)`` of every env whose row holds its info this step, in env order."""
@@ -183,17 +184,33 @@ class InfoReader:
         return out
 
     def groups(self) -> list[InfoGroup]:
-        """The envs whose rows hold infos this step, by schema, in order of their first env."""
+        """The envs whose rows hold infos this step, by schema, in order of their first env.
+
+        Neighbouring shards whose envs all wrote rows of one schema make one group: with many
+        workers of a few envs each (envs that wait), a group per shard cost more than its dicts.
+        """
         codes = self.codes.tolist()
         out: list[InfoGroup] = []
+        run: tuple[int, int, InfoSchema, np.ndarray] | None = None  # (start, stop, schema, view) of whole shards
         for k, start, stop in self._shards:  # in env order
             shard = codes[start:stop]
             code = shard[0]
             if code and shard.count(code) == len(shard):  # the usual step: one schema for the whole shard
                 schema, view = self._schema(k, code)
-                out.append(InfoGroup(start, slice(start, stop), schema, view[start:stop]))
-            elif any(shard):
+                if run is not None and run[2] is schema and run[1] == start:
+                    run = (run[0], stop, schema, view)
+                    continue
+                if run is not None:
+                    out.append(_whole(*run))
+                run = (start, stop, schema, view)
+                continue
+            if run is not None:
+                out.append(_whole(*run))
+                run = None
+            if any(shard):
                 out += self._mixed(k, start, shard)
+        if run is not None:
+            out.append(_whole(*run))
         return out
 
     def _mixed(self, worker: int, start: int, shard: list[int]) -> list[InfoGroup]:
@@ -215,13 +232,18 @@ class InfoReader:
             block = self.blocks[worker]
             length = int(block[: _LENGTH.itemsize].view(_LENGTH)[0])
             schemas = pickle.loads(block[_LENGTH.itemsize : _LENGTH.itemsize + length].tobytes())
-            known[:] = [(schema, schema.row_view(self.rows)) for schema in schemas]
+            # one object per distinct schema, whichever worker learned it: groups() merges by identity
+            known[:] = [self._shared.setdefault(schema, (schema, schema.row_view(self.rows))) for schema in schemas]
         return known[code - 1]
 
     def forget(self, worker: int, start: int, stop: int) -> None:
         """Worker ``worker`` (envs ``[start, stop)``) was replaced: its successor learns schemas anew."""
         self._schemas[worker] = []
         self.codes[start:stop] = 0
+
+
+def _whole(start: int, stop: int, schema: InfoSchema, view: np.ndarray) -> InfoGroup:
+    return InfoGroup(start, slice(start, stop), schema, view[start:stop])
 
 
 def _first(pair: tuple) -> Any:

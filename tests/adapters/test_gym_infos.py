@@ -78,9 +78,9 @@ def test_columns_equal_the_per_env_additions(arena, infos):
     assert_same(got, outcome(lambda: reference(infos)))
 
 
-def test_the_usual_step_is_one_group_a_worker(arena):
+def test_the_usual_step_is_one_group_for_all_workers(arena):
     records, groups = step_infos(arena, CASES["mujoco, every env"])
-    assert not records and [(g.first, g.envs) for g in groups] == [(0, slice(0, 3)), (3, slice(3, 6))]
+    assert not records and [(g.first, g.envs) for g in groups] == [(0, slice(0, 6))]
 
 
 def test_arrays_of_another_shape_fail_as_they_do_in_gymnasium(arena):

@@ -101,6 +101,24 @@ def test_shards_whose_envs_share_a_schema_come_back_whole_or_in_part(arena, info
     assert_same(reader.infos(), [(i, sent[i]) for i in range(N_ENVS) if i != 4])
 
 
+def test_neighbouring_shards_of_one_schema_make_one_group(arena):
+    """Many workers of a few envs each: one group while their schemas agree, split where they do not."""
+    writers = [InfoWriter(arena, k) for k in range(N_WORKERS)]
+    codes = arena[info_rows.INFO_CODE]
+    sent = [{"reward_ctrl": -0.5 * i, "x": float(i)} for i in range(N_ENVS)]
+    for k, (start, stop) in enumerate(shard_bounds(N_ENVS, N_WORKERS)):
+        for i in range(start, stop):
+            codes[i] = writers[k].write(i, sent[i])
+    reader = reader_for(arena)
+    (group,) = reader.groups()
+    assert group.envs == slice(0, N_ENVS) and group.first == 0
+    assert_same(reader.infos(), list(enumerate(sent)))
+    codes[4] = writers[1].write(4, {"other": 1})  # a second schema in the second shard
+    groups = reader.groups()
+    assert [g.envs for g in groups][0] == slice(0, 3) and len(groups) == 3
+    assert_same(reader.infos(), [(i, {"other": 1} if i == 4 else sent[i]) for i in range(N_ENVS)])
+
+
 @pytest.mark.parametrize("info", PICKLED_INFOS, ids=lambda info: next(iter(info)).__repr__())
 def test_what_cannot_travel_in_a_row_is_refused(arena, info):
     assert schema_of(info) is None
