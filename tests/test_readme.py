@@ -1,4 +1,5 @@
-"""README.md's Python examples run as pasted into a fresh script, under the default start method.
+"""README.md's Python examples, and those of the docs pages, run as pasted into a fresh script,
+under the default start method.
 
 Each ```python block is written to its own file in an empty directory and run with this
 interpreter in a new process, as a user would run it: it must exit with 0 and print no
@@ -24,6 +25,14 @@ def python_blocks(markdown: str) -> list[str]:
 
 
 BLOCKS = python_blocks(README.read_text())
+DOCS = README.parent / "docs"
+# Every docs page's examples but Ray's (a cluster start takes most of a minute here; tests/backends cover it).
+DOC_BLOCKS = [
+    (f"{page.stem}{i}", block)
+    for page in sorted(DOCS.glob("*.md"))
+    if page.stem != "ray"
+    for i, block in enumerate(python_blocks(page.read_text()))
+]
 
 
 def run_script(source: str, directory: Path, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
@@ -39,6 +48,14 @@ def test_the_readme_has_python_examples():
 
 @pytest.mark.parametrize("source", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 def test_readme_example_runs_as_a_script(source, tmp_path):
+    result = run_script(source, tmp_path)
+    report = f"exit code {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+    assert result.returncode == 0, report
+    assert "Traceback" not in result.stderr, report
+
+
+@pytest.mark.parametrize("source", [b for _, b in DOC_BLOCKS], ids=[name for name, _ in DOC_BLOCKS])
+def test_docs_example_runs_as_a_script(source, tmp_path):
     result = run_script(source, tmp_path)
     report = f"exit code {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
     assert result.returncode == 0, report
