@@ -22,13 +22,12 @@ per node: ``send`` makes one call per node that holds some of the envs, and ``re
 its call answers (``ray.wait``, first come first served), so a batch never waits for a slower node, but one
 node's envs come back together.
 
-A node actor that dies (node lost, OOM kill, ``ray.kill``) raises
-:class:`~shmvec.errors.WorkerDiedError` naming the node and its envs; with
-``on_worker_failure="restart"`` Ray's own actor restart (``max_restarts``) re-creates it,
-its envs are reset and report a truncation, as in the local restart mode. Ray fails a call
-to an actor it is re-creating as *unavailable* (not dead): the driver then waits for the
-new actor, within :meth:`RayPool.restart_limit`. Every answer of a node actor passes
-through :func:`~shmvec.backends.ray_cluster.answer_of`, which turns Ray's actor errors into :class:`Lost`.
+A node actor that dies (node lost, OOM kill, ``ray.kill``) raises :class:`~shmvec.errors.WorkerDiedError` naming
+the node and its envs; with ``on_worker_failure="restart"`` Ray's own actor restart (``max_restarts``) re-creates
+it, its envs are reset and report a truncation, as in the local restart mode. Ray fails a call to an actor it is
+re-creating as *unavailable* (not dead): the driver then waits for the new actor, within
+:meth:`RayPool.restart_limit`. Every answer of a node actor passes through
+:func:`~shmvec.backends.ray_cluster.answer_of`, which turns Ray's actor errors into :class:`Lost`.
 """
 
 from __future__ import annotations
@@ -213,7 +212,8 @@ class RayPool(EngineBase):
         self.take_pending("step")
         waiting = time.perf_counter()
         answers = self.collect_answers(self._step_refs, timeout, restart=True)
-        self.clock.waited(waiting, time.perf_counter())  # the nodes' steps and the network
+        slowest = max((getattr(answer, "busy", 0.0) for answer in answers.values()), default=0.0)
+        self.clock.waited(waiting, time.perf_counter(), slowest)  # the slowest node's step, the rest the network
         records: list[StepInfo] = []
         for node in self.nodes:
             records += self.write_rows(node, answers[node.index])

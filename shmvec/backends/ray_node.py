@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -52,6 +53,7 @@ class Rows(NamedTuple):
     pickled_obs: dict[tuple, list] | None = None  # leaves with no fixed size: one value per row
     records: list[StepInfo] = []
     replies: dict[int, Any] | None = None  # a request's results by global env index
+    busy: float = 0.0  # a step's seconds on the node, from its actions in to its rows out (envs.timings)
 
 
 @dataclasses.dataclass
@@ -118,10 +120,11 @@ class NodeShard:
             self.pool.close(terminate=terminate)
 
     def _step(self, actions: TakenRows, pickled_actions: dict | None) -> Rows:
-        pool = self.pool
+        pool, started = self.pool, time.perf_counter()
         pool.actions.put(actions)
         pool.step_async(pickled_actions)
-        return self._rows(None, pool.step_wait(), step=True)
+        rows = self._rows(None, pool.step_wait(), step=True)
+        return rows._replace(busy=time.perf_counter() - started)
 
     def _send(self, ids: np.ndarray, actions: TakenRows) -> Rows:
         pool = self.pool

@@ -29,7 +29,7 @@ class CallClock:
         now = time.perf_counter()
         self.since = self.left_at = self.entered_at = now
         self.depth = 0  # calls in progress (a public call may make another)
-        self.caller = self.in_steps = self.in_calls = self.main_envs = self.waiting = 0.0
+        self.caller = self.in_steps = self.in_calls = self.main_envs = self.waiting = self.remote = 0.0
         self.steps = 0
         self.baseline: Any = None  # the pool's timing rows when the clock was reset (their counts start there)
         self._wait_start = self._wait_end = 0.0
@@ -69,16 +69,18 @@ class CallClock:
         """The call stepped the main shard's envs for ``seconds``."""
         self.main_envs += seconds
 
-    def waited(self, start: float, end: float) -> None:
-        """The call waited for workers from ``start`` to ``end`` (perf_counter)."""
+    def waited(self, start: float, end: float, remote: float = 0.0) -> None:
+        """The call waited for workers from ``start`` to ``end`` (perf_counter); ``remote``: of which
+        the slowest Ray node stepped this long (the rest: the network)."""
         self.waiting += end - start
+        self.remote += remote
         self._wait_start, self._wait_end = start, end
 
     def reset(self, rows: Any = None) -> None:
         """Totals from now on (a call in progress counts from now); ``rows``: the pool's timing rows now."""
         now = time.perf_counter()
         self.since, self.baseline = now, rows
-        self.caller = self.in_steps = self.in_calls = self.main_envs = self.waiting = 0.0
+        self.caller = self.in_steps = self.in_calls = self.main_envs = self.waiting = self.remote = 0.0
         self.steps = 0
         if self.depth:
             self.entered_at = now

@@ -8,7 +8,9 @@ into parts that add up to it (:mod:`~shmvec.engine.call_clock`):
 - **stragglers**: waiting while the last worker of a step stepped longer than the typical one;
 - **shmvec**: the rest of the step calls (actions in, results out, infos, copies, and the
   hand-off: posts, wake-ups, noticing the workers' ends);
-- **other calls**: resets, ``env_method``, attributes.
+- **other calls**: resets, ``env_method``, attributes;
+- with Ray, **network**: waiting for the nodes beyond the slowest node's own step (each node
+  says how long its step took), the envs' part being that step.
 
 The workers' rows (:mod:`~shmvec.ipc.timing_rows`) say how busy each lane was, how much of its
 stepping was CPU (the rest: envs waiting on a socket, a simulator, a sleep), and each env's
@@ -83,7 +85,8 @@ class Timings:
     lanes: list[Lane] = field(default_factory=list)
     env_steps: EnvSteps | None = None
     plan: str = ""
-    remote: bool = False  # Ray: the envs' part is the nodes' steps and the network's
+    remote: bool = False  # Ray: the envs' part is the slowest node's steps; the rest of the wait, the network's
+    network: float = 0.0  # Ray: waiting for the nodes beyond their steps (the network, the object store)
     _clock: CallClock | None = field(default=None, repr=False)
     _rows: Any = field(default=None, repr=False)  # the pool's rows at the snapshot, for reset
 
@@ -101,9 +104,14 @@ class Timings:
         busy = sum(lane.busy for lane in self.lanes)
         return sum(lane.cpu for lane in self.lanes) / busy if busy > 0 else None
 
+    @property
+    def parts(self) -> dict[str, str]:
+        """The parts of the wall time (name: label), ``network`` with Ray only."""
+        return {**PARTS, "network": "network (Ray)"} if self.remote else PARTS
+
     def scalars(self) -> dict[str, float]:
         """Flat numbers for a logger (``timings/<name>``): shares of the wall time, and rates."""
-        out = {f"{part}_share": float(self.share(part)) for part in PARTS}
+        out = {f"{part}_share": float(self.share(part)) for part in self.parts}
         out["steps_per_second"] = self.steps / self.wall if self.wall > 0 else 0.0
         cpu = self.env_cpu_share
         if cpu is not None:
@@ -130,7 +138,7 @@ class Timings:
     def __str__(self) -> str:
         rate = self.steps / self.wall if self.wall > 0 else 0.0
         lines = [f"shmvec timings: {self.steps} steps in {self.wall:.2f} s ({rate:,.0f} steps/s); {self.plan}"]
-        for part, label in PARTS.items():
+        for part, label in self.parts.items():
             seconds = getattr(self, part)
             lines.append(f"  {label:<34}{seconds:9.3f} s {self.share(part):7.1%}")
         cpu = self.env_cpu_share
@@ -209,15 +217,15 @@ def _verdicts(t: Timings) -> list[tuple[float, str]]:
         )
         out.append((calls, f"Calls other than steps (reset, env_method, attributes) took {calls:.0%}: {hint}."))
     if not out:
-        largest = max(PARTS, key=t.share)
-        out.append((0.0, f"No part dominates; the largest is {PARTS[largest]} at {t.share(largest):.0%}."))
+        largest = max(t.parts, key=t.share)
+        out.append((0.0, f"No part dominates; the largest is {t.parts[largest]} at {t.share(largest):.0%}."))
     return out
 
 
 def _envs_verdict(t: Timings, envs: float) -> str:
     head = f"The envs took {envs:.0%} of the wall time"
     if t.remote:
-        return f"{head} (the nodes' steps and the network): more nodes, or fewer round trips, would help."
+        return f"{head} (the slowest node's steps): more nodes, or more workers on each, would help."
     cpu, lanes = t.env_cpu_share, len(t.lanes)
     if cpu is not None and cpu < WAITING_ENVS:
         if t.n_workers < t.num_envs:
@@ -237,10 +245,12 @@ def snapshot(clock: CallClock, rows: tr.Rows | None, shards: list[tuple[int, int
     wall = now - clock.since
     waiting = clock.waiting
     since_rows = rows.minus(clock.baseline) if rows is not None and clock.baseline is not None else rows
-    stepping, late = _split_waiting(clock, rows) if rows is not None else (1.0, 0.0)  # Ray: all the nodes'
+    remote = layout.get("remote", False)
+    stepping, late = _split_waiting(clock, rows) if rows is not None else (0.0, 0.0)
     stragglers = late * waiting
-    envs = clock.main_envs + stepping * waiting
-    library = clock.in_steps - envs - stragglers
+    envs = clock.main_envs + (min(clock.remote, waiting) if remote else stepping * waiting)
+    network = waiting - envs if remote else 0.0
+    library = clock.in_steps - envs - stragglers - network
     lanes = _lanes(since_rows, shards, layout["n_workers"], layout["main_shard"]) if since_rows is not None else []
     return Timings(
         wall=wall,
@@ -256,7 +266,8 @@ def snapshot(clock: CallClock, rows: tr.Rows | None, shards: list[tuple[int, int
         lanes=lanes,
         env_steps=_env_steps(since_rows) if since_rows is not None else None,
         plan=layout["plan"],
-        remote=layout.get("remote", False),
+        remote=remote,
+        network=network,
         _clock=clock,
         _rows=rows,
     )

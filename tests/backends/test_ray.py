@@ -7,6 +7,7 @@ set before Ray starts). Tests use ``n_workers=1`` (one worker per node) and fork
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
@@ -465,3 +466,26 @@ def test_a_script_that_never_closes_exits_cleanly(cluster, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     SEEN_PIDS.update(int(pid) for pid in done.stdout.split())
+
+
+def test_timings_give_the_slowest_nodes_steps_and_the_network(cluster):
+    """Envs that sleep 3 ms: the envs' part is the slowest node's own step (it says how long), what the
+    driver waited beyond it is the network's; the parts add up to the wall time."""
+    from tests.global_rng_env import WaitingEnv
+
+    envs = track(ShmPoolVecEnv([functools.partial(WaitingEnv, 3e-3)] * N, **RAY))
+    try:
+        envs.reset()
+        actions = np.zeros(N, dtype=np.int64)
+        envs.step(actions)
+        envs.timings.reset()
+        for _ in range(40):
+            envs.step(actions)
+        timings = envs.timings
+    finally:
+        envs.close()
+    assert timings.remote and timings.steps == 40 and "network_share" in timings.scalars()
+    assert timings.envs >= 40 * 3e-3 * 0.9 and timings.network > 0, str(timings)
+    total = sum(timings.share(part) for part in timings.parts)
+    assert abs(total - 1.0) < 0.05, str(timings)
+    assert "network (Ray)" in str(timings)
