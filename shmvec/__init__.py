@@ -4,6 +4,7 @@
 - :class:`ShmVectorEnv` / :func:`make_vec` - a Gymnasium ``VectorEnv``; :func:`register`
   gives any env id a ``shmvec/`` twin that ``gym.make_vec`` builds as one.
 - :class:`ShmPool` - the engine both adapters share.
+- :class:`TimingsCallback` - ``envs.timings`` in SB3's logger at each rollout's end (needs ``shmvec[sb3]``).
 """
 
 from shmvec.adapters.registration import make_vec, register
@@ -33,6 +34,7 @@ __all__ = [
     "ShmPool",
     "ShmPoolVecEnv",
     "ShmVectorEnv",
+    "TimingsCallback",
     "make_vec",
     "register",
     "AlreadyPendingError",
@@ -59,4 +61,8 @@ def __getattr__(name: str):
         from shmvec.adapters.sb3 import ShmPoolVecEnv
 
         return ShmPoolVecEnv
+    if name == "TimingsCallback":
+        from shmvec.tools.sb3_callback import TimingsCallback
+
+        return TimingsCallback
     raise AttributeError(f"module 'shmvec' has no attribute {name!r}")

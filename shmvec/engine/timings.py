@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -87,13 +86,15 @@ class Timings:
     plan: str = ""
     remote: bool = False  # Ray: the envs' part is the slowest node's steps; the rest of the wait, the network's
     network: float = 0.0  # Ray: waiting for the nodes beyond their steps (the network, the object store)
-    _clock: CallClock | None = field(default=None, repr=False)
-    _rows: Any = field(default=None, repr=False)  # the pool's rows at the snapshot, for reset
+    # The raw data (shmvec.tools.timeline draws from it): the main thread's clock, with its ring of
+    # the last steps, and a copy of the lanes' timing rows at the snapshot (None with Ray).
+    clock: CallClock | None = field(default=None, repr=False)
+    rows: tr.Rows | None = field(default=None, repr=False)
 
     def reset(self) -> None:
         """Count from now on (the next ``envs.timings`` covers only what follows)."""
-        if self._clock is not None:
-            self._clock.reset(self._rows)
+        if self.clock is not None:
+            self.clock.reset(self.rows)
 
     def share(self, part: str) -> float:
         return getattr(self, part) / self.wall if self.wall > 0 else 0.0
@@ -268,8 +269,8 @@ def snapshot(clock: CallClock, rows: tr.Rows | None, shards: list[tuple[int, int
         plan=layout["plan"],
         remote=remote,
         network=network,
-        _clock=clock,
-        _rows=rows,
+        clock=clock,
+        rows=rows,
     )
 
 

@@ -6,8 +6,9 @@ SB3's ``DummyVecEnv`` and ``SubprocVecEnv``, Gymnasium's ``SyncVectorEnv`` and
 ``AsyncVectorEnv`` and every shmvec configuration :mod:`shmvec.engine.plan` considers,
 all alive at once and taking turns (round-robin, medians), and prints a table and the
 constructor line it recommends: the configuration ``n_workers=None`` chooses, which is
-:func:`shmvec.engine.plan.choose` of the same timing. Implementations that are not
-installed (SB3) are skipped.
+:func:`shmvec.engine.plan.choose` of the same timing; then ``envs.timings`` of that
+configuration's last sample (the caller's share, the envs', ...: :mod:`shmvec.engine.timings`).
+Implementations that are not installed (SB3) are skipped.
 
 Each step is followed by a stand-in policy's forward pass on the observations
 (``--policy``, :mod:`shmvec.tools.stand_in`; default ``mlp``, SB3's MlpPolicy), since that is
@@ -54,6 +55,7 @@ class Row:
     predicted: float | None = None  # shmvec rows: the model's env steps/s
     samples: list[float] = field(default_factory=list)
     error: str | None = None
+    timings: Any = field(default=None, repr=False)  # shmvec rows: envs.timings of the last sample
 
     @property
     def median(self) -> float:
@@ -183,7 +185,11 @@ def measure(
         for r in range(repeats):
             turn = live[r % len(live) :] + live[: r % len(live)] if live else []
             for row, env, actions in turn:
+                if row.plan is not None:
+                    env.timings.reset()  # the sample's own: not the other rows' turns
                 row.samples.append(steps_per_second(env, actions, seconds, policy))
+                if row.plan is not None:
+                    row.timings = env.timings
                 progress()
     finally:
         for _, env, _ in live:
@@ -236,6 +242,7 @@ def report(
             "constructor": f"ShmPoolVecEnv(env_fns)  # or ShmVectorEnv(env_fns): here {plan.constructor_args()}",
             "explicit": f"ShmPoolVecEnv(env_fns, {plan.constructor_args()})",
             "measured_vs_best_shmvec": (chosen.median / best.median) if chosen and best else None,
+            "timings": chosen.timings.scalars() if chosen and chosen.timings else None,
         },
         "rows": [
             {
@@ -296,8 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ImportError) as exc:
         parser.error(str(exc))
     cores = autoconfig.usable_cores()
-    t_env, scale, cpu_share = time_env_and_machine(env_fn)  # as n_workers=None times them
-    plan = autoconfig.choose(args.num_envs, cores, t_env, scale=scale, cpu_share=cpu_share)  # as n_workers=None
+    timing = time_env_and_machine(env_fn)  # as n_workers=None times them
+    t_env, scale, cpu_share = timing.t_env, timing.scale, timing.cpu_share
+    plan = autoconfig.choose(  # as n_workers=None
+        args.num_envs, cores, t_env, scale=scale, cpu_share=cpu_share, calls_per_step=timing.per_step_calls
+    )
     rows = plan_rows(env_fn, args.num_envs, cores, t_env, scale, policy is not None, cpu_share, plan)
     advance, close = _progress_bar(len(rows) * (args.repeats + 1))
     try:
@@ -306,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         close()
     found = report(args.env, args.num_envs, cores, t_env, plan, rows, scale, args.policy)
     print(json.dumps(found, indent=2) if args.json else format_table(found))
+    chosen = next((r for r in rows if r.plan == (plan.n_workers, plan.main_shard) and r.timings), None)
+    if chosen is not None and not args.json:
+        print(f"\nwhere the time went in the recommended configuration's last sample (envs.timings):\n{chosen.timings}")
     return 0
 
 
