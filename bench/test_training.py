@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from bench import training
@@ -106,3 +107,29 @@ def test_paired_turns_are_whole_rollouts_and_their_ratios_are_taken_round_by_rou
     assert lines[2].startswith("shm")
     assert "rollout 2.00x (0.50-2.00)" in lines[2]
     assert "update 1.00x (0.50-1.00)" in lines[2]
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("name", ["her-fetchreach", "maskable-ppo"])
+def test_the_workloads_with_rare_calls_build_the_algorithm_that_makes_them(name):
+    """SAC with HerReplayBuffer over FetchReach's dict observations; MaskablePPO over an env with action_masks()."""
+    from bench.training_jobs import WORKLOADS, build_vec_env, make_model
+
+    workload = WORKLOADS[name]
+    if why := workload.missing():
+        pytest.skip(why)
+    venv = build_vec_env(workload, "dummy")
+    try:
+        model = make_model(workload, venv, device="cpu")
+        if workload.her:
+            assert type(model.replay_buffer).__name__ == "HerReplayBuffer" and "HerReplayBuffer" in workload.describe()
+            assert set(venv.observation_space.spaces) == {"observation", "achieved_goal", "desired_goal"}
+            goal = np.zeros(3)
+            assert venv.env_method("compute_reward", goal, goal, {}, indices=[0]) == [0.0]
+        else:
+            assert type(model).__name__ == "MaskablePPO" and "n_invalid_actions=60" in workload.describe()
+            venv.reset()
+            masks = venv.env_method("action_masks")
+            assert len(masks) == workload.n_envs and [sum(m) for m in masks] == [20] * workload.n_envs
+    finally:
+        venv.close()

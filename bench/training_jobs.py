@@ -9,7 +9,10 @@ Two kinds of workload:
   (update) and the whole ``learn()`` call (total). Implementations: ``dummy``
   (DummyVecEnv, the reference), ``subproc`` (SubprocVecEnv) and ``shm``
   (``ShmPoolVecEnv(env_fns)``, its default constructor); on Atari also ``envpool``
-  (EnvPool's own C++ Breakout with its preprocessing, behind an SB3 adapter).
+  (EnvPool's own C++ Breakout with its preprocessing, behind an SB3 adapter). Two of them run
+  algorithms that call the vector env's "rare" methods on their hot path: SAC with
+  ``HerReplayBuffer`` on Gymnasium-Robotics' FetchReach (``env_method("compute_reward", ...)``
+  for every sampled batch) and sb3-contrib's MaskablePPO (``env_method("action_masks")`` every step).
 - :class:`ScriptWorkload`: a CleanRL-style script of ``examples/`` run with ``--json``:
   ``sync`` (``ppo_sync.py --vec sync``: SyncVectorEnv, the reference), ``shm``
   (``ppo_sync.py --vec shm``: ShmVectorEnv's defaults), ``shm-async``
@@ -61,6 +64,10 @@ class Sb3Workload:
     policy: str = "MlpPolicy"
     requires: tuple[str, ...] = ()  # modules it needs
     atari: bool = False
+    package: str = "stable_baselines3"  # where ``algo`` lives (sb3_contrib: MaskablePPO)
+    maker: str = ""  # a function of this module that builds one env: maker(env_id, **env_kwargs) (default gym.make)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    her: bool = False  # HerReplayBuffer (future goals, 4 per transition)
     reference: ClassVar[str] = "dummy"
 
     @property
@@ -75,7 +82,14 @@ class Sb3Workload:
     def describe(self) -> str:
         hyper = ", ".join(f"{k}={v}" for k, v in self.hyper.items())
         frames = ", AtariWrapper + VecFrameStack(4)" if self.atari else ""
-        return f"SB3 {self.algo} {self.policy}, {self.env_id}{frames}, N={self.n_envs}, {self.timesteps:,} steps" + (
+        algo = f"{self.algo} + HerReplayBuffer" if self.her else self.algo
+        library = "sb3-contrib" if self.package == "sb3_contrib" else "SB3"
+        env = (
+            f"{self.env_id}({', '.join(f'{k}={v}' for k, v in self.env_kwargs.items())})"
+            if self.env_kwargs
+            else self.env_id
+        )
+        return f"{library} {algo} {self.policy}, {env}{frames}, N={self.n_envs}, {self.timesteps:,} steps" + (
             f", {hyper}" if hyper else ""
         )
 
@@ -178,6 +192,33 @@ WORKLOADS: dict[str, Sb3Workload | ScriptWorkload] = {
             {"learning_starts": 1000, "train_freq": 1, "gradient_steps": 1},
             requires=("mujoco",),
         ),
+        # Algorithms that make a vector env's rare calls on their hot path: HER's env_method("compute_reward",
+        # ..., indices=[0]) for every sampled batch (one per gradient step), MaskablePPO's
+        # env_method("action_masks") before every step.
+        Sb3Workload(
+            "her-fetchreach",
+            "SAC",
+            "FetchReach-v4",
+            4,
+            8_000,
+            {"learning_starts": 400, "buffer_size": 100_000},
+            policy="MultiInputPolicy",
+            requires=("mujoco", "gymnasium_robotics"),
+            maker="make_robotics",
+            her=True,
+        ),
+        Sb3Workload(
+            "maskable-ppo",
+            "MaskablePPO",
+            "InvalidActionEnvDiscrete",
+            8,
+            40_000,
+            {"n_steps": 128},
+            requires=("sb3_contrib",),
+            package="sb3_contrib",
+            maker="make_sb3_contrib",
+            env_kwargs={"dim": 80, "n_invalid_actions": 60},  # as in sb3-contrib's own tests of MaskablePPO
+        ),
         ScriptWorkload("cleanrl-cartpole", "CartPole-v1", 8, 40_960),
         ScriptWorkload("cleanrl-acrobot", "Acrobot-v1", 8, 40_960),
     ]
@@ -199,6 +240,23 @@ def make_atari(env_id: str):
     return AtariWrapper(Monitor(gym.make(env_id)))
 
 
+def make_robotics(env_id: str):
+    """A Gymnasium-Robotics env (FetchReach): its module registers its envs when imported, in every process."""
+    import gymnasium as gym
+    import gymnasium_robotics
+
+    gym.register_envs(gymnasium_robotics)
+    return gym.make(env_id)
+
+
+def make_sb3_contrib(env_id: str, **kwargs):
+    """One of sb3-contrib's test envs (``InvalidActionEnvDiscrete``: MaskablePPO asks for its
+    ``action_masks()`` every step), built with ``kwargs``."""
+    from sb3_contrib.common import envs
+
+    return getattr(envs, env_id)(**kwargs)
+
+
 def build_vec_env(workload: Sb3Workload, impl: str):
     """``impl``'s vector env over the workload's envs, wrapped as SB3 users wrap it."""
     import functools
@@ -210,6 +268,10 @@ def build_vec_env(workload: Sb3Workload, impl: str):
 
     if workload.atari:
         env_fns = [functools.partial(make_atari, workload.env_id)] * workload.n_envs
+    elif workload.maker:
+        env_fns = [
+            functools.partial(globals()[workload.maker], workload.env_id, **workload.env_kwargs)
+        ] * workload.n_envs
     else:
         env_id = workload.env_id
         env_fns = [lambda: gym.make(env_id)] * workload.n_envs
@@ -277,9 +339,20 @@ def describe(venv: Any) -> str:
     return type(venv).__name__ if text.startswith("<") else text
 
 
+def make_model(workload: Sb3Workload, venv: Any, **kwargs: Any) -> Any:
+    """The workload's algorithm over ``venv``, seed 0: SB3's defaults but for its hyperparameters."""
+    hyper = dict(workload.hyper)
+    if workload.her:
+        from stable_baselines3 import HerReplayBuffer
+
+        hyper["replay_buffer_class"] = HerReplayBuffer
+        hyper["replay_buffer_kwargs"] = {"n_sampled_goal": 4, "goal_selection_strategy": "future"}
+    algo = getattr(importlib.import_module(workload.package), workload.algo)
+    return algo(workload.policy, venv, seed=0, verbose=0, **hyper, **kwargs)
+
+
 def run_sb3(workload: Sb3Workload, impl: str, scale: float, device: str) -> dict[str, Any]:
     """Train once; the phases' seconds, the steps taken and the vector env's ``repr``."""
-    import stable_baselines3 as sb3
     import torch
 
     from shmvec.tools.demo import timed_learn
@@ -287,7 +360,7 @@ def run_sb3(workload: Sb3Workload, impl: str, scale: float, device: str) -> dict
     start = time.perf_counter()
     venv = build_vec_env(workload, impl)
     try:
-        model = getattr(sb3, workload.algo)(workload.policy, venv, seed=0, device=device, verbose=0, **workload.hyper)
+        model = make_model(workload, venv, device=device)
         setup = time.perf_counter() - start
         seconds = timed_learn(model, scaled(workload.timesteps, scale))
         described = describe(venv.unwrapped)  # before close: the configuration that ran the steps

@@ -3,6 +3,8 @@
 SB3's ``HerReplayBuffer`` calls ``env_method("compute_reward", achieved, desired, infos, indices=[0])``
 for every batch it samples (two ``(batch, 3)`` arrays and a list of ``batch`` info dicts);
 sb3-contrib's MaskablePPO calls ``env_method("action_masks")`` before every step.
+:class:`OwnGlobalRng` and :func:`make_fetch` bring third-party envs with these calls
+(sb3-contrib's ``InvalidActionEnvDiscrete``, Gymnasium-Robotics' FetchReach) to the tests.
 """
 
 from __future__ import annotations
@@ -102,3 +104,47 @@ class MaskedWalk(gym.Env):
         self.t += 1
         reward = (1.0 if self.position == 9 else 0.0) - (0.0 if valid else 1.0)
         return self._obs(), reward, self.position == 9, self.t >= self.max_steps, {}
+
+
+class OwnGlobalRng(gym.Wrapper):
+    """Gives an env that draws from ``np.random`` (and samples its own action space) a generator of
+    its own, seeded by ``reset(seed=...)``: its numbers then depend on its seed alone, not on
+    which process runs it or which envs drew before it (sb3-contrib's ``InvalidActionEnvDiscrete``
+    draws its states from its action space, never seeded, and its invalid actions from ``np.random``)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self._state = np.random.RandomState(0).get_state()
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.env.action_space.seed(seed)
+            self._state = np.random.RandomState(seed).get_state()
+        return self._own_rng(self.env.reset, seed=seed, options=options)
+
+    def step(self, action):
+        return self._own_rng(self.env.step, action)
+
+    def _own_rng(self, call, *args, **kwargs):
+        saved = np.random.get_state()
+        np.random.set_state(self._state)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            self._state = np.random.get_state()
+            np.random.set_state(saved)
+
+
+def make_invalid_action_env(dim: int = 80, n_invalid_actions: int = 60) -> gym.Env:
+    """sb3-contrib's ``InvalidActionEnvDiscrete`` (as its MaskablePPO tests build it) in :class:`OwnGlobalRng`."""
+    from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+
+    return OwnGlobalRng(InvalidActionEnvDiscrete(dim=dim, n_invalid_actions=n_invalid_actions))
+
+
+def make_fetch(env_id: str = "FetchReach-v4") -> gym.Env:
+    """A Gymnasium-Robotics env; importing its module registers its envs, in whichever process builds one."""
+    import gymnasium_robotics
+
+    gym.register_envs(gymnasium_robotics)
+    return gym.make(env_id)

@@ -58,13 +58,16 @@ def time_env_and_machine(
     share is the median of each batch's :func:`cpu_share`: an env that waits on a simulator,
     a socket or a sleep uses its thread's CPU only around the wait, while a CPU-bound env on a
     loaded machine waits for a core, which the run queue's count tells apart. ``per_step_calls``
-    counts the methods of :data:`PER_STEP_CALLS` the env has (looked up as ``env_method`` does).
+    counts the methods of :data:`PER_STEP_CALLS` the env has (looked up as ``env_method`` does);
+    ``action_masks``, which MaskablePPO asks of every env before each step, is called after each
+    timed step, its time counted in the step's (it runs in the env's process, in parallel across workers).
     """
     env, run_queue = env_fn(), RunQueue()
     try:
         env.action_space.seed(0)
         env.reset(seed=0)
-        _step_or_reset(env, env.action_space.sample())  # warm-up: first calls allocate
+        masks = _method(env, "action_masks")  # MaskablePPO asks every env each step: part of its step's cost
+        _step_or_reset(env, env.action_space.sample(), masks)  # warm-up: first calls allocate
         reference_loop()
         env_batches: list[float] = []
         loop_batches: list[float] = []
@@ -75,7 +78,7 @@ def time_env_and_machine(
             start, start_cpu = time.perf_counter(), time.thread_time()
             start_queued = run_queue.wait()  # within the window: a preemption in the read counts on both sides
             for action in actions:
-                _step_or_reset(env, action)
+                _step_or_reset(env, action, masks)
             queued = run_queue.wait() - start_queued
             wall, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
             env_batches.append(wall / TIMING_BATCH)
@@ -85,7 +88,7 @@ def time_env_and_machine(
                 break
         loop_time = statistics.median(loop_batches)
         env_per_loop = statistics.median(e / loop for e, loop in zip(env_batches, loop_batches))
-        calls = sum(_has_method(env, name) for name in PER_STEP_CALLS)
+        calls = sum(_method(env, name) is not None for name in PER_STEP_CALLS)
         return EnvTiming(
             env_per_loop * loop_time, loop_time / REFERENCE_LOOP_TIME, statistics.median(cpu_shares), calls
         )
@@ -155,16 +158,19 @@ def _time_reference_loops() -> float:
     return (time.perf_counter() - start) / TIMING_REFERENCE_LOOPS
 
 
-def _step_or_reset(env, action) -> None:
+def _step_or_reset(env, action, masks=None) -> None:
     _, _, terminated, truncated, _ = env.step(action)
     if terminated or truncated:
         env.reset()
+    if masks is not None:
+        masks()
 
 
-def _has_method(env, name: str) -> bool:
-    """Whether ``env_method(name)`` would find a method: looked up through the wrappers, as SB3's vec envs do."""
+def _method(env, name: str):
+    """The method ``env_method(name)`` would call (looked up through the wrappers, as SB3's vec envs do), or None."""
     lookup = getattr(env, "get_wrapper_attr", None)
     try:
-        return callable(lookup(name) if lookup is not None else getattr(env, name))
+        method = lookup(name) if lookup is not None else getattr(env, name)
     except AttributeError:
-        return False
+        return None
+    return method if callable(method) else None
