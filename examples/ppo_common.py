@@ -209,5 +209,8 @@ class PhaseTimer:
 def finish(timer: PhaseTimer, args: argparse.Namespace, envs: gym.vector.VectorEnv) -> None:
     """Close ``envs`` and print the timing: the TIMING line, or with ``--json`` one JSON line."""
     described = repr(envs)  # before close: the configuration that ran the steps
+    timings = getattr(envs, "timings", None)  # shmvec's: where the run's time went
+    if timings is not None and not args.json:
+        print(timings)
     envs.close()
     print(timer.json_line(args.num_iterations * args.rollout_size, described) if args.json else timer.line())

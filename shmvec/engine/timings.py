@@ -35,6 +35,7 @@ STRAGGLERS_MATTER = 0.05
 LIBRARY_MATTERS = 0.15
 CALLS_MATTER = 0.1
 WAITING_ENVS = 0.5  # envs whose lanes are under this share CPU wait rather than compute
+MAX_LANE_LINES = 8  # more lanes than this: one line for them all
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Lane:
     envs: range
     steps: int
     busy: float  # seconds stepping its envs (wall)
-    cpu: float  # ... of which its thread's CPU time
+    cpu: float  # ... of which its thread's CPU time (estimated from the steps whose CPU clock it read)
 
     @property
     def name(self) -> str:
@@ -142,13 +143,16 @@ class Timings:
         for part, label in self.parts.items():
             seconds = getattr(self, part)
             lines.append(f"  {label:<34}{seconds:9.3f} s {self.share(part):7.1%}")
-        cpu = self.env_cpu_share
-        for lane in self.lanes:
-            busy = lane.busy / self.wall if self.wall > 0 else 0.0
+        wall = self.wall if self.wall > 0 else 1.0
+        if len(self.lanes) > MAX_LANE_LINES:
+            busy = sorted(lane.busy / wall for lane in self.lanes)
+            lines.append(
+                f"  {len(busy)} lanes: busy {busy[0]:.0%} to {busy[-1]:.0%} of the wall time (median "
+                f"{busy[len(busy) // 2]:.0%}), {self.env_cpu_share or 0.0:.0%} of it CPU"
+            )
+        for lane in self.lanes if len(self.lanes) <= MAX_LANE_LINES else ():
             own_cpu = f", {lane.cpu / lane.busy:.0%} of it CPU" if lane.busy > 0 else ""
-            lines.append(f"  {lane.name}: busy {busy:.0%} of the wall time{own_cpu}")
-        if cpu is not None and not self.lanes:
-            lines.append(f"  envs' steps: {cpu:.0%} CPU")
+            lines.append(f"  {lane.name}: busy {lane.busy / wall:.0%} of the wall time{own_cpu}")
         slowest = self.slowest_env()
         if slowest is not None and self.env_steps is not None:
             p50 = float(np.nanmedian(self.env_steps.p50))
@@ -280,7 +284,8 @@ def _lanes(rows: tr.Rows, shards: list[tuple[int, int]], n_workers: int, main_sh
         row = rows.lane_totals[k if k < n_workers else n_workers]
         start, stop = shards[k]
         worker = k if k < n_workers else None
-        busy, cpu = row[tr.LANE_BUSY] * 1e-9, row[tr.LANE_CPU] * 1e-9
+        busy, sampled = row[tr.LANE_BUSY] * 1e-9, row[tr.LANE_CPU_BUSY]
+        cpu = busy * row[tr.LANE_CPU] / sampled if sampled > 0 else 0.0  # read on one step in ENV_SAMPLE_EVERY
         lanes.append(Lane(worker, range(start, stop), int(row[tr.LANE_STEPS]), busy, cpu))
     return lanes
 

@@ -1,12 +1,12 @@
 """Shared rows where each lane (a worker, or the main process's shard) writes when its steps ran.
 
 Per lane, a ring of its last :data:`RING` steps (start and end on the system-wide monotonic
-clock, in ns, and the thread's CPU time in between) and running totals; per env, on every
-:data:`ENV_SAMPLE_EVERY`-th step of its lane, how long its own step took (a histogram in
-quarter octaves, and totals, its resets counted apart). The writer (:class:`LaneTimer`)
-stores plain integers through memoryviews (~1 µs per lane step, nothing per env on the
-other steps); the main process reads the rows only when asked (:func:`read_rows`), after
-the steps it reads were published by their semaphores.
+clock, in ns, and the thread's CPU time in between, -1 where not read) and running totals;
+on every :data:`ENV_SAMPLE_EVERY`-th step of a lane, its CPU time and how long each of its
+envs' own step took (a histogram per env in quarter octaves, and totals, its resets counted
+apart). The writer (:class:`LaneTimer`) stores plain integers through memoryviews (~0.9 µs
+per lane step, nothing per env on the other steps); the main process reads the rows only
+when asked (:func:`read_rows`), after the steps it reads were published by their semaphores.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ import numpy as np
 LANE_RING, LANE_TOTALS, ENV_HIST, ENV_TOTALS = "lane_ring", "lane_totals", "env_hist", "env_totals"
 RING = 512  # steps each lane keeps: the timeline and the stragglers are read from them
 RING_START, RING_END, RING_CPU = 0, 1, 2  # columns of a ring entry
-LANE_STEPS, LANE_BUSY, LANE_CPU = 0, 1, 2  # columns of a lane's totals (ns)
+# Columns of a lane's totals (ns): its steps, their wall time, and on the sampled steps (below) the
+# thread's CPU time and those steps' wall time (a CPU clock read is a system call, ~0.6 µs).
+LANE_STEPS, LANE_BUSY, LANE_CPU, LANE_CPU_BUSY = 0, 1, 2, 3
 ENV_STEPS, ENV_STEP_NS, ENV_RESETS, ENV_RESET_NS = 0, 1, 2, 3  # columns of an env's totals (sampled steps)
-ENV_SAMPLE_EVERY = 16  # a lane times each of its envs on one step in this many
+ENV_SAMPLE_EVERY = 16  # a lane times each of its envs, and reads its CPU clock, on one step in this many
 HIST_BINS, BINS_PER_OCTAVE = 96, 4  # bin b holds steps of 1 µs * 2**(b / 4) up to the next: 1 µs to 16 s
 _HIST_FLOOR_NS = 1000
 
@@ -56,17 +58,23 @@ class LaneTimer:
         self._started = self._cpu = 0
 
     def begin(self) -> list[int] | None:
+        if self._totals[LANE_STEPS] % ENV_SAMPLE_EVERY:
+            self._started, self._cpu = time.perf_counter_ns(), -1
+            return None
         self._started, self._cpu = time.perf_counter_ns(), time.thread_time_ns()
-        return [] if self._totals[LANE_STEPS] % ENV_SAMPLE_EVERY == 0 else None
+        return []
 
     def end(self, stamps: list[int] | None = None, resets: list[int] | None = None) -> None:
-        ended, cpu = time.perf_counter_ns(), time.thread_time_ns() - self._cpu
-        totals, ring, started = self._totals, self._ring, self._started
+        ended = time.perf_counter_ns()
+        totals, ring, started, cpu = self._totals, self._ring, self._started, self._cpu
+        if cpu >= 0:
+            cpu = time.thread_time_ns() - cpu
+            totals[LANE_CPU] += cpu
+            totals[LANE_CPU_BUSY] += ended - started
         steps = totals[LANE_STEPS]
         slot = (steps % RING) * 3
         ring[slot + RING_START], ring[slot + RING_END], ring[slot + RING_CPU] = started, ended, cpu
         totals[LANE_BUSY] += ended - started
-        totals[LANE_CPU] += cpu
         totals[LANE_STEPS] = steps + 1
         if stamps:
             self._record_envs(stamps, resets or ())

@@ -4,7 +4,7 @@
 reset, one row for the main thread (the caller's time between the vector env's calls, the
 step calls, and the waiting for the workers within them, from the pool's
 :class:`~shmvec.engine.call_clock.CallClock`) and one row per lane (a worker, or the main
-process's shard: when it stepped its envs, and how much of that was its thread's CPU time,
+process's shard: when it stepped its envs, and how much of that was its thread's CPU time (read on one step in 16),
 from :mod:`~shmvec.ipc.timing_rows`), on one time axis in ms from the first step shown. The
 title is the first verdict of ``envs.timings``. :func:`timeline` returns the same data
 without matplotlib.
@@ -107,7 +107,8 @@ def timeline(source: Any, steps: int = 50) -> Timeline:
             for start, end, cpu in (ring[index] * 1e-9).tolist():
                 if end > start and start >= origin - 1e-3 and end <= stop:
                     row.append((ms(start), ms(end), BUSY))
-                    row.append((ms(start), ms(start + min(cpu, end - start)), CPU))
+                    if cpu >= 0:  # read on one lane step in 16
+                        row.append((ms(start), ms(start + min(cpu, end - start)), CPU))
         labels.append(lane.name)
         spans.append(sorted(row))
     verdicts = timings.verdicts()

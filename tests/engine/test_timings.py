@@ -199,3 +199,4 @@ def test_waiting_envs_dominate_a_bare_loop():
         envs.close()
     assert timings.verdicts()[0].startswith("The envs took"), str(timings)
     assert timings.share("envs") > 0.5
+    assert len(timings.lanes) > 8 and f"{len(timings.lanes)} lanes: busy" in str(timings)  # one line for them all
