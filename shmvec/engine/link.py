@@ -75,8 +75,13 @@ class WorkerLink:
         args = (self.index, child_conn, start.setup, blob, start.log_queue, self.start, self.stop, names, max_spin)
         args += (start.worker_threads, os.getpid())
         prefix = SCRIPT_WORKER_PREFIX if start.import_main else WORKER_NAME_PREFIX
-        self.process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"{prefix}{self.index}")
-        self.process.start()
+        process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"{prefix}{self.index}")
+        try:
+            process.start()
+        except BaseException:
+            child_conn.close()
+            raise
+        self.process = process  # only a started one: the clean-up joins it
         if ctx.get_start_method() == "forkserver":
             self._exit_watch = ExitWatch.of(self.process.pid)
         child_conn.close()

@@ -527,3 +527,16 @@ def test_a_forkserver_workers_exit_stays_visible_after_a_join():
         process.join(10)
         if watch is not None:
             watch.close()
+
+
+def test_a_worker_that_cannot_be_started_raises_its_own_error(monkeypatch):
+    """fork() failing (EAGAIN: too many processes) is the error the caller sees, not the clean-up's."""
+    import errno
+    import multiprocessing.context
+
+    def refuse(self):
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing.context.ForkProcess, "_Popen", staticmethod(lambda process: refuse(process)))
+    with pytest.raises(BlockingIOError):
+        ShmVectorEnv([FaultyEnv] * 2, n_workers=1, start_method="fork")
