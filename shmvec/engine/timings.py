@@ -208,12 +208,7 @@ def _verdicts(t: Timings) -> list[tuple[float, str]]:
             )
         )
     if library >= LIBRARY_MATTERS:
-        hint = (
-            "n_workers=0 (every env in this process) has no hand-off, and copy=False skips the observation copy"
-            if t.n_workers
-            else "copy=False skips the observation copy"
-        )
-        out.append((library, f"shmvec's own work in the main process took {library:.0%} of the wall time: {hint}."))
+        out.append((library, _library_verdict(t, library, envs)))
     if calls >= CALLS_MATTER:
         hint = (
             "with the envs in this process (n_workers=0) they are direct calls"
@@ -225,6 +220,19 @@ def _verdicts(t: Timings) -> list[tuple[float, str]]:
         largest = max(t.parts, key=t.share)
         out.append((0.0, f"No part dominates; the largest is {t.parts[largest]} at {t.share(largest):.0%}."))
     return out
+
+
+def _library_verdict(t: Timings, library: float, envs: float) -> str:
+    head = f"shmvec's own work in the main process took {library:.0%} of the wall time"
+    lanes = len(t.lanes)
+    if not t.n_workers:
+        return f"{head} (results out, infos, copies): copy=False skips the observation copy."
+    if lanes > 1 and library > envs * (lanes - 1):  # stepping every env here would cost less than the hand-off
+        return (
+            f"{head}, more than the envs' stepping would add in this process ({envs:.0%} on {lanes} lanes): "
+            "n_workers=0 (every env in this process) has no hand-off."
+        )
+    return f"{head}: the hand-off to {t.n_workers} workers (a post and a wake-up each), results, infos and copies."
 
 
 def _envs_verdict(t: Timings, envs: float) -> str:

@@ -200,3 +200,20 @@ def test_waiting_envs_dominate_a_bare_loop():
     assert timings.verdicts()[0].startswith("The envs took"), str(timings)
     assert timings.share("envs") > 0.5
     assert len(timings.lanes) > 8 and f"{len(timings.lanes)} lanes: busy" in str(timings)  # one line for them all
+
+
+def made(envs: float, library: float, cpu_share: float, n_workers: int = 2):
+    from shmvec.engine.timings import Lane, Timings
+
+    lanes = [Lane(k, range(4 * k, 4 * k + 4), 100, envs, envs * cpu_share) for k in range(n_workers)]
+    rest = 1.0 - envs - library
+    return Timings(1.0, 100, rest, envs, 0.0, library, 0.0, 4 * n_workers, n_workers, 2, lanes)
+
+
+def test_the_hand_off_verdict_follows_the_numbers():
+    """n_workers=0 is suggested only where stepping every env in-process would cost less than the hand-off."""
+    light = made(envs=0.2, library=0.35, cpu_share=1.0).verdicts()
+    assert any("n_workers=0" in v for v in light), light
+    waiting = made(envs=0.5, library=0.2, cpu_share=0.01, n_workers=32).verdicts()
+    assert not any("n_workers=0" in v for v in waiting) and any("hand-off to 32 workers" in v for v in waiting)
+    assert waiting[0].startswith("The envs took 50%") and "they wait" in waiting[0]
