@@ -36,6 +36,7 @@ class EnvTiming(NamedTuple):
     scale: float  # how many times slower than the calibration machine this one runs reference_loop()
     cpu_share: float  # the part of t_env that is the thread's CPU time (the rest, waiting in syscalls)
     per_step_calls: int = 0  # how many of PER_STEP_CALLS the env has: env_method round trips expected per step
+    trains_every_step: bool = False  # it has compute_reward: HER trains on it with a gradient step per env step
 
 
 def time_env_and_machine(
@@ -89,9 +90,9 @@ def time_env_and_machine(
         loop_time = statistics.median(loop_batches)
         env_per_loop = statistics.median(e / loop for e, loop in zip(env_batches, loop_batches))
         calls = sum(_method(env, name) is not None for name in PER_STEP_CALLS)
-        return EnvTiming(
-            env_per_loop * loop_time, loop_time / REFERENCE_LOOP_TIME, statistics.median(cpu_shares), calls
-        )
+        her = _method(env, "compute_reward") is not None
+        share = statistics.median(cpu_shares)
+        return EnvTiming(env_per_loop * loop_time, loop_time / REFERENCE_LOOP_TIME, share, calls, her)
     finally:
         run_queue.close()
         env.close()

@@ -24,14 +24,10 @@ Envs that wait rather than compute (a simulator answering over a socket, a robot
 wait: the timing measures the share of an env's step that is CPU (thread CPU time against wall time), and when
 it is under :data:`WAITING_SHARE` the candidates go beyond the cores, up to one worker per env (at most
 :func:`max_lanes`: memory, within the cgroup memory limit, and file descriptors), each extra worker charged
-its own cycle's CPU (:data:`T_WORKER_CYCLE`) on the shared cores and its turn in the main process. Lanes are
-processes, not threads inside a worker: measured on 2 cores, 256 envs waiting 2 ms reached 0.17 of the N/wait
-limit from one process of 256 threads (its GIL hand-offs), 0.3 from 128 processes; a worker that skips the
-user's script holds ~7 MB. The overheads are Python work (adapters, pool, worker loops), so they are scaled by
-how fast this machine runs Python (a reference loop timed in turns with the env, see
-:func:`~shmvec.engine.env_timing.time_env_and_machine`): on a machine slower than the calibration one, the
-round trips cost more, and unscaled overheads would send a few light envs to workers where staying in-process
-is faster.
+its own cycle's CPU (:data:`T_WORKER_CYCLE`) on the shared cores and its turn in the main process (lanes are
+processes: 256 envs waiting 2 ms reached 0.17 of the N/wait limit from one process of 256 threads, 0.3 from 128
+processes, on 2 cores). The overheads are Python work, so they are scaled by how fast this machine runs Python
+(a reference loop timed in turns with the env, :func:`~shmvec.engine.env_timing.time_env_and_machine`).
 
 The model is that of a training loop, the loop users run: the caller computes (a policy's forward pass)
 between steps, and every step with workers is charged a wake-up (:data:`T_SYNC_BLOCK`) on its critical path:
@@ -41,20 +37,19 @@ threads then run slower too (:data:`T_CALLER_TAX`). A few light envs then stay i
 would cost more than the envs' whole step. The plan is made before the caller's first step, so it prices a
 caller whose compute between steps is heavy (SAC's gradient step per env step, a CNN): with a light one (an
 MLP policy) the pool gives torch's threads to the workers' cores (:mod:`~shmvec.engine.caller_threads`), and a
-worker would cost less than this. In a bare stepping loop the waits spin, and the same plan runs faster than
-the model says. Among the candidates within :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with
-no env in the main process (heavy envs then run isolated in workers at no cost).
+worker would cost less than this. Calls the caller makes every step are priced from what the env has: an
+``env_method`` round trip each for ``action_masks`` (MaskablePPO) and ``compute_reward`` (HER), and for the
+latter a gradient step between every two steps (:data:`T_TRAINING_CALLER`). Among the candidates within
+:data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env in the main process.
 
-When the lanes outnumber the cores nobody spins: every wait blocks, so no more processes spin than there are
-cores (or quota) to spin on.
+When the lanes outnumber the cores nobody spins: every wait blocks.
 
 An explicit ``n_workers=K`` is obeyed as given (``main_shard`` only if asked); only the wait policy is chosen.
 Everything here but :func:`~shmvec.engine.env_timing.time_env_and_machine` and :func:`usable_cores` is pure:
 :func:`choose` is unit-tested with injected timings and is what ``python -m shmvec.tune`` recommends.
 
 Isolation: only ``n_workers=len(env_fns)`` with ``main_shard`` left unset (or False) guarantees one env per
-process and no env in the main process; ``n_workers=None`` may step envs in the main process and builds one
-extra env there to time it."""
+process and no env in the main process; ``n_workers=None`` may step envs in the main process."""
 
 from __future__ import annotations
 
@@ -76,27 +71,26 @@ logger = logging.getLogger("shmvec")
 # Calibrated on the 2-core machine (CartPole-v1 and a zero-cost env, round-robin medians):
 T_SYNC_SPIN = 12e-6  # one synchronous round trip when waiter and workers each have a core (spin)
 T_SYNC_BLOCK = 70e-6  # ... when they do not: the main process blocks and pays a wake-up per step
-# What a policy's forward pass loses per step while worker processes share the cores: its
-# OpenMP threads sleep between ops instead of spinning (see omp_spin), so each parallel op
-# pays a wake-up. Measured +80 µs (HalfCheetah's MLP) to +200 µs (Acrobot's) per step on a
-# 2-core VM that runs Python ~1.8x slower than the calibration machine.
+# What a policy's forward pass loses per step while workers share the cores (its OpenMP threads sleep between
+# ops, see omp_spin): +80 µs (HalfCheetah's MLP) to +200 µs (Acrobot's) on a 2-core VM at scale ~1.8.
 T_CALLER_TAX = 45e-6
 T_BOOK_FIXED = 10e-6  # the main process's per-step bookkeeping (adapters), any configuration
 T_BOOK_PER_ENV = 0.15e-6  # ... per env (observation copy, infos)
 T_WRITE_PER_ENV = 0.4e-6  # a shard writing one env's rows into shared memory, on top of the step
-# The main process posts to each worker and collects its answer in turn: each worker beyond the
-# two that T_SYNC_* were calibrated with adds this to the step's critical path (~5 µs of
-# main-thread CPU per worker on the 2-core VM at scale ~2, K = 4 to 64 workers that each wait).
+# The main process posts to each worker and collects its answer in turn: each worker beyond the two that
+# T_SYNC_* were calibrated with adds this (~5 µs of main-thread CPU per worker, 2-core VM, scale ~2, K = 4-64).
 T_PER_WORKER = 2.5e-6
-# ... and with more workers than cores, each woken worker also waits for a core: fitted to 32 to
-# 1024 envs that wait 2 ms on 2 cores, 8 to 256 workers (step = max(largest shard's wait +
-# K * this, CPU / cores) within 5 % in 8 of 9 cases).
+# ... and with more workers than cores, each woken worker also waits for a core: fitted to 32 to 1024 envs that
+# wait 2 ms on 2 cores, 8 to 256 workers (step = max(largest shard's wait + K * this, CPU / cores) within 5 %).
 T_PER_CROWDED_WORKER = 12e-6
 # A worker's CPU per step outside its envs (woken from a futex, its command loop, its post, the
 # context switches around its env's wait), which lanes beyond the cores share them for (same fit).
 T_WORKER_CYCLE = 55e-6
 # An env_method round trip to blocked workers: HER's compute_reward took 92 µs, n_workers=2, 2-core VM, scale ~1.8.
 T_RARE_CALL = 50e-6
+# A caller that trains between every two steps (HER: SAC's gradient step) leaves torch's idle OpenMP threads
+# spinning on the cores when it steps: workers wait for them. SAC + HER, FetchReach x4, 2 workers: +1.6 ms a step.
+T_TRAINING_CALLER = 0.9e-3
 # Envs whose step is less than this share CPU (thread CPU time / wall time) are planned as waiting:
 # lanes beyond the cores are considered for them.
 WAITING_SHARE = 0.5
@@ -184,13 +178,15 @@ def predicted_step_time(
     caller_computes: bool = True,
     cpu_share: float = 1.0,
     calls_per_step: int = 0,
+    trains_every_step: bool = False,
 ) -> float:
     """Seconds per synchronous vector step of this configuration (the overhead model);
     ``scale`` multiplies the overheads (:mod:`~shmvec.engine.env_timing`). ``caller_computes``: the
     caller runs a policy between steps, so workers wake up from a blocked wait each step
     and the policy's threads pay :data:`T_CALLER_TAX` (``False``: a bare stepping loop,
     where they spin). ``cpu_share``: the part of ``t_env`` that is CPU (the rest waits).
-    ``calls_per_step``: ``env_method`` calls each step, a round trip (:data:`T_RARE_CALL`) with workers."""
+    ``calls_per_step``: ``env_method`` calls each step, a round trip (:data:`T_RARE_CALL`) with workers;
+    ``trains_every_step``: a gradient step between every two steps (:data:`T_TRAINING_CALLER` with workers)."""
     lanes = n_workers + main_shard
     largest, _ = shard_sizes(num_envs, n_workers, main_shard)
     per_env = t_env + T_WRITE_PER_ENV * scale
@@ -207,7 +203,7 @@ def predicted_step_time(
     else:
         sync = T_SYNC_BLOCK
     wake = T_SYNC_BLOCK + T_CALLER_TAX if caller_computes and n_workers else 0.0
-    calls = T_RARE_CALL * calls_per_step if n_workers else 0.0
+    calls = (T_RARE_CALL * calls_per_step + T_TRAINING_CALLER * trains_every_step) if n_workers else 0.0
     return stepping + (wake + sync + calls + T_BOOK_FIXED + T_BOOK_PER_ENV * num_envs) * scale
 
 
@@ -238,6 +234,7 @@ def choose(
     lanes: int | None = None,
     mix: bool = True,
     calls_per_step: int = 0,
+    trains_every_step: bool = False,
 ) -> Plan:
     """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
 
@@ -245,7 +242,8 @@ def choose(
     ``cpu_share``: the share of ``t_env`` that is CPU; under :data:`WAITING_SHARE` the env is
     planned as waiting, with up to ``lanes`` workers (default :func:`max_lanes`).
     ``mix=False``: no plan with envs both in the main process and in workers.
-    ``calls_per_step``: ``env_method`` calls each step (:data:`~shmvec.engine.env_timing.PER_STEP_CALLS`).
+    ``calls_per_step``: ``env_method`` calls each step (:data:`~shmvec.engine.env_timing.PER_STEP_CALLS`);
+    ``trains_every_step``: the env has ``compute_reward`` (HER: a gradient step per env step).
     ``batch_size`` (fewer than ``num_envs``): the caller collects in async batches, so every env
     runs in a worker (``main_shard`` False unless given), stepping one batch while the caller
     works on another; the worker count is the one a synchronous step would use, and the reason
@@ -284,7 +282,9 @@ def choose(
         lanes = cores
 
     def predicted(k: int, main: bool) -> float:
-        return predicted_step_time(num_envs, cores, t_env, k, main, scale, True, cpu_share, calls_per_step)
+        return predicted_step_time(
+            num_envs, cores, t_env, k, main, scale, True, cpu_share, calls_per_step, trains_every_step
+        )
 
     timed = [(predicted(k, main), k, main) for k, main in candidates(num_envs, cores, main_shard, lanes, mix)]
     best = min(t for t, _, _ in timed)
@@ -294,6 +294,7 @@ def choose(
     serial = predicted(0, True)
     kind = f" ({cpu_share:.0%} CPU: waits)" if waiting else ""
     kind += f", {calls_per_step} env_method call(s) per step" if calls_per_step else ""
+    kind += ", trained every step (HER)" if trains_every_step else ""
     reason = f"auto: {t_env * 1e6:.1f} µs/env step{kind}, {cores} cores, " + (
         f"async batches of {batch_size}: the workers step one while the caller works on another"
         if batched

@@ -306,7 +306,13 @@ def main(argv: list[str] | None = None) -> int:
     timing = time_env_and_machine(env_fn)  # as n_workers=None times them
     t_env, scale, cpu_share = timing.t_env, timing.scale, timing.cpu_share
     plan = autoconfig.choose(  # as n_workers=None
-        args.num_envs, cores, t_env, scale=scale, cpu_share=cpu_share, calls_per_step=timing.per_step_calls
+        args.num_envs,
+        cores,
+        t_env,
+        scale=scale,
+        cpu_share=cpu_share,
+        calls_per_step=timing.per_step_calls,
+        trains_every_step=timing.trains_every_step,
     )
     rows = plan_rows(env_fn, args.num_envs, cores, t_env, scale, policy is not None, cpu_share, plan)
     advance, close = _progress_bar(len(rows) * (args.repeats + 1))

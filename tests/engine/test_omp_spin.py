@@ -162,3 +162,23 @@ def test_a_pool_that_was_not_closed_releases_it_when_collected(two_torch_threads
 def test_a_bad_value_is_refused_early():
     with pytest.raises(ValueError, match="omp_spin must be"):
         ShmPoolVecEnv([cartpole] * 2, omp_spin="off")
+
+
+def test_a_caller_that_computes_for_long_between_steps_keeps_libgomps_own_spin(two_torch_threads):
+    """SAC's gradient step after every env step: back-to-back ops, which short spins would slow;
+    once a window of steps shows it, no team is parked again."""
+    env = ShmPoolVecEnv([cartpole] * 4, n_workers=2, start_method="fork", torch_threads="unchanged")
+    try:
+        env.reset()
+        spin = env._pool.caller.short_spin
+        for _ in range(40):
+            env.step(np.zeros(4, dtype=np.int64))
+            end = time.thread_time() + 4e-3  # the caller's own CPU: a gradient step
+            while time.thread_time() < end:
+                pass
+        assert not env._pool.caller.light
+        assert poll_until(lambda: not spin.engaged and parked_threads() == [], 5.0)
+        env.step(np.zeros(4, dtype=np.int64))
+        assert not spin.engaged
+    finally:
+        env.close()

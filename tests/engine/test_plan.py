@@ -347,7 +347,9 @@ def test_workers_spin_for_the_next_step_only_while_the_caller_comes_back_soon(
     closing, monkeypatch, caller_time, expected
 ):
     clock = [100.0]
-    fake_time = types.SimpleNamespace(perf_counter=lambda: clock[0], monotonic=time.monotonic)
+    fake_time = types.SimpleNamespace(
+        perf_counter=lambda: clock[0], monotonic=time.monotonic, thread_time=time.thread_time
+    )
     monkeypatch.setattr(pool_module, "time", fake_time)  # the pool's clock ...
     monkeypatch.setattr(caller_threads, "time", fake_time)  # ... and the one that notes the caller's return
     shm = closing(ShmPoolVecEnv([cartpole] * 2, n_workers=1, start_method="fork"))
@@ -414,3 +416,14 @@ def test_env_method_calls_every_step_price_the_layouts_with_workers():
     assert predicted_step_time(4, 2, 80e-6, 2, False, calls_per_step=1) == pytest.approx(
         predicted_step_time(4, 2, 80e-6, 2, False) + autoconfig.T_RARE_CALL
     )
+
+
+def test_an_env_trained_every_step_stays_in_process_unless_workers_pay_for_the_spinning_caller():
+    """HER (compute_reward): SAC's gradient step between every two steps. 4 FetchReach-like envs
+    (850 µs) on 2 cores stay in the main process; 16 of them, or 16 cores, still take workers."""
+    her = {"calls_per_step": 1, "trains_every_step": True, "scale": 1.8}
+    assert choose(num_envs=4, cores=2, t_env=850e-6, calls_per_step=1, scale=1.8).n_workers > 0
+    assert choose(num_envs=4, cores=2, t_env=850e-6, **her).n_workers == 0
+    assert choose(num_envs=16, cores=2, t_env=850e-6, **her).n_workers > 0
+    assert choose(num_envs=4, cores=16, t_env=850e-6, **her).n_workers > 0
+    assert "trained every step (HER)" in choose(num_envs=4, cores=2, t_env=850e-6, **her).reason

@@ -202,7 +202,8 @@ def test_the_run_queue_wait_grows_while_another_process_holds_this_threads_cpu()
     ids=["cartpole", "action_masks", "compute_reward"],
 )
 def test_the_timing_counts_the_methods_algorithms_call_every_step(env_fn, calls):
-    assert env_timing.time_env_and_machine(env_fn, budget=0.01).per_step_calls == calls
+    timing = env_timing.time_env_and_machine(env_fn, budget=0.01)
+    assert timing.per_step_calls == calls and timing.trains_every_step == (env_fn is GoalReach)
 
 
 def test_the_timing_process_reports_the_per_step_calls():
