@@ -86,11 +86,10 @@ T_PER_CROWDED_WORKER = 12e-6
 # A worker's CPU per step outside its envs (woken from a futex, its command loop, its post, the
 # context switches around its env's wait), which lanes beyond the cores share them for (same fit).
 T_WORKER_CYCLE = 55e-6
-# An env_method round trip to blocked workers: HER's compute_reward took 92 µs, n_workers=2, 2-core VM, scale ~1.8.
-T_RARE_CALL = 50e-6
-# A caller that trains between every two steps (HER: SAC's gradient step) leaves torch's idle OpenMP threads
-# spinning on the cores when it steps: workers wait for them. SAC + HER, FetchReach x4, 2 workers: +1.6 ms a step.
-T_TRAINING_CALLER = 0.9e-3
+T_RARE_CALL = 50e-6  # an env_method round trip to blocked workers: HER's compute_reward, 92 µs at scale ~1.8
+# A caller training between steps (HER: SAC's gradient step) leaves torch's idle threads spinning on the cores the
+# workers need: SAC + HER, FetchReach x4, 2 workers: 1.65 ms a step slower than in-process, 1.7 ms of envs saved.
+T_TRAINING_CALLER = 1.8e-3
 # Envs whose step is less than this share CPU (thread CPU time / wall time) are planned as waiting:
 # lanes beyond the cores are considered for them.
 WAITING_SHARE = 0.5
@@ -390,6 +389,7 @@ def plan_pool(
                 timing.cpu_share,
                 mix=mix,
                 calls_per_step=timing.per_step_calls,
+                trains_every_step=timing.trains_every_step,
             )
     logger.info("shmvec pool of %d envs (%s): %s", num_envs, cpus.why, describe_plan(plan))
     return plan
