@@ -59,16 +59,17 @@ def time_env_and_machine(
     share is the median of each batch's :func:`cpu_share`: an env that waits on a simulator,
     a socket or a sleep uses its thread's CPU only around the wait, while a CPU-bound env on a
     loaded machine waits for a core, which the run queue's count tells apart. ``per_step_calls``
-    counts the methods of :data:`PER_STEP_CALLS` the env has (looked up as ``env_method`` does);
-    ``action_masks``, which MaskablePPO asks of every env before each step, is called after each
-    timed step, its time counted in the step's (it runs in the env's process, in parallel across workers).
+    counts the methods of :data:`PER_STEP_CALLS` the env has (looked up as ``env_method`` does).
+    The time of those calls is not counted in the step's: with workers they run in parallel,
+    but MaskablePPO on 8 envs whose masks cost 4x their step, planned so, took 2 workers and
+    trained 1.5x slower than in the main process on 2 cores (its policy's many small ops
+    slowed by the short OpenMP spins, :mod:`~shmvec.engine.omp_spin`; 1.0x without them).
     """
     env, run_queue = env_fn(), RunQueue()
     try:
         env.action_space.seed(0)
         env.reset(seed=0)
-        masks = _method(env, "action_masks")  # MaskablePPO asks every env each step: part of its step's cost
-        _step_or_reset(env, env.action_space.sample(), masks)  # warm-up: first calls allocate
+        _step_or_reset(env, env.action_space.sample())  # warm-up: first calls allocate
         reference_loop()
         env_batches: list[float] = []
         loop_batches: list[float] = []
@@ -79,7 +80,7 @@ def time_env_and_machine(
             start, start_cpu = time.perf_counter(), time.thread_time()
             start_queued = run_queue.wait()  # within the window: a preemption in the read counts on both sides
             for action in actions:
-                _step_or_reset(env, action, masks)
+                _step_or_reset(env, action)
             queued = run_queue.wait() - start_queued
             wall, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
             env_batches.append(wall / TIMING_BATCH)
@@ -159,12 +160,10 @@ def _time_reference_loops() -> float:
     return (time.perf_counter() - start) / TIMING_REFERENCE_LOOPS
 
 
-def _step_or_reset(env, action, masks=None) -> None:
+def _step_or_reset(env, action) -> None:
     _, _, terminated, truncated, _ = env.step(action)
     if terminated or truncated:
         env.reset()
-    if masks is not None:
-        masks()
 
 
 def _method(env, name: str):

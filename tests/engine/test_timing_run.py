@@ -210,19 +210,3 @@ def test_the_timing_process_reports_the_per_step_calls():
     options = PoolOptions()
     timing = timing_run.timer(options.start_method, worker_start(options))(GoalReach)
     assert timing.per_step_calls == 1 and timing.t_env > 0
-
-
-class SlowMasks(MaskedWalk):
-    """MaskablePPO asks every env for its masks before each step: here they cost 300 µs."""
-
-    def action_masks(self):
-        end = time.perf_counter() + 300e-6
-        while time.perf_counter() < end:
-            pass
-        return super().action_masks()
-
-
-def test_the_masks_every_env_is_asked_for_count_in_its_step_time():
-    plain = env_timing.time_env_and_machine(MaskedWalk, budget=0.02)
-    slow = env_timing.time_env_and_machine(SlowMasks, budget=0.05)
-    assert slow.t_env > plain.t_env + 250e-6 and slow.per_step_calls == 1
