@@ -56,7 +56,8 @@ class CallerThreads:
         self.collect_threads, self.fixed, self.short_spin, self.why = collect_threads, fixed, short_spin, why
         self.returned_at = 0.0  # when the caller last got results back (perf_counter)
         self.light = True  # the caller's CPU time between steps is light (by the last window's median)
-        self._returned_cpu = 0.0  # the caller's thread CPU time when it last got results back
+        self._returned_cpu: float | None = None  # its thread's CPU time at the last return (read while gaps are long)
+        self._read_cpu = False
         self._cpu_samples: list[float] = []  # its CPU time before each step of this window
         self._samples: list[float] = []  # the caller's compute (wall time) before each step of this window
         self._saved: tuple[int, int, int] | None = None  # (count before, count set, thread id) while reduced
@@ -67,8 +68,16 @@ class CallerThreads:
         judge the short spin by the median of the caller's own CPU time between steps."""
         spin = self.short_spin
         if spin is not None:
+            # A short gap is light whatever it did; only a long one needs the CPU clock, a system
+            # call (a point where an oversubscribed machine takes the core away), read at the
+            # last return only once gaps are long.
+            gap = time.perf_counter() - self.returned_at
+            long_gap = gap >= LIGHT
+            if long_gap and self._returned_cpu is not None:
+                gap = time.thread_time() - self._returned_cpu
+            self._read_cpu = long_gap
             cpu = self._cpu_samples
-            cpu.append(time.thread_time() - self._returned_cpu)
+            cpu.append(gap)
             if len(cpu) >= WINDOW:
                 median = sorted(cpu)[WINDOW // 2]
                 cpu.clear()
@@ -98,7 +107,7 @@ class CallerThreads:
         self.returned_at = time.perf_counter()
         if self.short_spin is not None:
             self.short_spin.returned()
-            self._returned_cpu = time.thread_time()
+            self._returned_cpu = time.thread_time() if self._read_cpu else None
 
     def release(self) -> None:
         """Put torch's thread count back (if this thread set it) and end the short spins."""
