@@ -125,7 +125,7 @@ class Shard:
         """Step every env of the shard in place; return the infos worth sending."""
         timer = self.timer
         stamps = timer.begin() if timer is not None else None
-        resets: list[int] = []
+        resets: list[int] | None = [] if stamps is not None else None  # on the sampled steps only
         if not self._pickled_obs_paths:
             infos = self._step_batch(actions, stamps, resets)
         else:
@@ -139,7 +139,7 @@ class Shard:
             timer.end(stamps, resets)
         return infos
 
-    def _step_batch(self, actions: list[Any], stamps: list[int] | None, resets: list[int]) -> list[StepInfo]:
+    def _step_batch(self, actions: list[Any], stamps: list[int] | None, resets: list[int] | None) -> list[StepInfo]:
         """:meth:`step_env` for every env, with one write per field for the whole shard.
 
         The rows are written after the loop (also when an env raises, for the envs before
@@ -164,7 +164,7 @@ class Shard:
                     obs, info = env.reset()
                     autoreset[j] = False
                     ended = False
-                    if stamps is not None:
+                    if resets is not None:
                         resets.append(j)
                 else:
                     obs, rewards[j], term, trunc, info = env.step(actions[j])
@@ -174,7 +174,7 @@ class Shard:
                     obs, record = self._episode_end(j, obs, info)
                     if record is not None:
                         infos.append(record)
-                    if stamps is not None and self._same_step:
+                    if resets is not None and self._same_step:
                         resets.append(j)
                 elif info:
                     code = write_info(start + j, info) if write_info is not None else 0

@@ -107,6 +107,22 @@ def test_in_process_envs_and_caller(tmp_path):
     assert timings.env_cpu_share > 0.5  # they compute (preempted now and then on a loaded machine)
 
 
+def run_clocked_workers(envs, path, steps: int, caller_seconds: float):
+    """Run ``envs`` (ClockedEnvs writing to ``path``) in a sync loop, close them, and check the
+    caller's, the envs' and the stragglers' shares against the truth; the timings and the truth."""
+    try:
+        wall, caller = run_sync(envs, steps, caller_seconds)
+        timings = envs.timings
+        shards = [lane.envs for lane in timings.lanes]
+    finally:
+        envs.close()
+    stepping, late = lane_truths(env_times(path, 1), shards)
+    assert_near(timings, "caller", caller, wall)
+    assert_near(timings, "envs", stepping, wall)  # the typical worker's envs
+    assert_near(timings, "stragglers", late, wall)  # the slowest worker's time beyond it
+    return timings, late / wall
+
+
 @pytest.mark.parametrize(
     "adapter, n_workers, per_env", [(ShmVectorEnv, 4, 2e-3), (ShmPoolVecEnv, 2, 1e-3)], ids=["K=N", "K<N"]
 )
@@ -114,16 +130,7 @@ def test_waiting_envs_in_workers(tmp_path, adapter, n_workers, per_env):
     """Envs that sleep (2 ms per lane step either way) and a caller that computes 2 ms."""
     path = tmp_path / "times"
     envs = adapter(clocked(path, [per_env] * 4, wait=True), n_workers=n_workers)
-    try:
-        wall, caller = run_sync(envs, 100, 2e-3)
-        timings = envs.timings
-        shards = [lane.envs for lane in timings.lanes]
-    finally:
-        envs.close()
-    stepping, late = lane_truths(env_times(path, 1), shards)
-    assert_near(timings, "caller", caller, wall)
-    assert_near(timings, "envs", stepping, wall)
-    assert_near(timings, "stragglers", late, wall)
+    timings, _ = run_clocked_workers(envs, path, 100, 2e-3)
     assert timings.env_cpu_share < 0.5  # they wait
     assert [lane.worker for lane in timings.lanes] == list(range(n_workers))
     assert all(lane.steps == 100 for lane in timings.lanes)
@@ -134,17 +141,8 @@ def test_a_straggler_is_measured_and_named(tmp_path):
     steps 6.5 ms, the others 1 ms; the caller computes 1 ms."""
     path = tmp_path / "times"
     envs = ShmPoolVecEnv(clocked(path, [6e-3 if i == 5 else 0.5e-3 for i in range(8)], wait=True), n_workers=4)
-    try:
-        wall, caller = run_sync(envs, 80, 1e-3)
-        timings = envs.timings
-        shards = [lane.envs for lane in timings.lanes]
-    finally:
-        envs.close()
-    stepping, late = lane_truths(env_times(path, 1), shards)
-    assert_near(timings, "caller", caller, wall)
-    assert_near(timings, "envs", stepping, wall)  # the typical worker's two envs
-    assert_near(timings, "stragglers", late, wall)  # the slow worker's time beyond it
-    assert late / wall > 0.5
+    timings, late_share = run_clocked_workers(envs, path, 80, 1e-3)
+    assert late_share > 0.5
     env, p99, median = timings.slowest_env()
     assert env == 5 and p99 > 5 * median
     assert any("env 5 is" in verdict for verdict in timings.verdicts()), str(timings)
