@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from shmvec.adapters import dropin_args
 from shmvec.adapters.timings_view import TimingsView
 from shmvec.backends import make_pool
 from shmvec.engine import ops
@@ -62,7 +63,8 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
     Args:
         env_fns: callables that each build a new Gymnasium env (lambdas are fine).
         n_workers: worker processes (see the pool options below).
-        start_method: as SubprocVecEnv's (see the pool options below).
+        start_method: as SubprocVecEnv's (see the pool options below). A string second, in
+            ``n_workers``' place, is the start method, as in ``SubprocVecEnv(env_fns, "spawn")``.
         copy: ``True`` (default): :meth:`reset` and :meth:`step` return copies, which never
             change. ``False``: zero-copy, they return views of the shared observation rows,
             which are double-buffered: *an observation stays valid until the second
@@ -110,6 +112,7 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
         pin_memory: bool | None = None,
         **pool_options: Any,
     ):
+        n_workers, start_method = dropin_args.subproc_vec_env(type(self).__name__, n_workers, start_method)
         options = PoolOptions.from_kwargs(
             type(self).__name__, n_workers=n_workers, start_method=start_method, **pool_options
         )

@@ -21,7 +21,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from shmvec.adapters import gym_resets, gym_spaces
+from shmvec.adapters import dropin_args, gym_resets, gym_spaces
 from shmvec.adapters.async_batches import AsyncBatches, checked_batch_size
 from shmvec.adapters.env_calls import EnvCalls
 from shmvec.adapters.gym_actions import GymActions
@@ -61,44 +61,39 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
     Args:
         env_fns: callables that each build a new env (lambdas and closures are fine).
         n_workers: worker processes (see the pool options below).
-        copy: if ``True`` (default), :meth:`reset` and :meth:`step` return observations
-            that belong to the caller and never change. If ``False`` they return *views
-            into shared memory*: no copy is made, but their contents are overwritten by
-            the next :meth:`step` or :meth:`reset` (the same contract as
-            ``SyncVectorEnv(copy=False)``); copy what you keep, e.g. in a replay buffer.
-        device: ``None`` (default): numpy results. A torch device (``"cpu"``, ``"cuda"``,
-            ``"cuda:1"``, a ``torch.device``): :meth:`reset`, :meth:`step` and :meth:`recv`
-            return observations (every fixed-size leaf), rewards, terminations and
-            truncations as torch tensors on it, in the space's dtype (uint8 frames stay
-            uint8), each the caller's (on ``"cpu"`` with ``copy=False``, observations are
-            views as above); infos stay numpy. Actions may then be tensors on any device.
-            On CUDA the shared arena is page-locked and copied from without blocking
-            (:mod:`shmvec.adapters.torch_device`).
-        autoreset_mode: ``AutoresetMode`` (or its string value) applied when an episode
-            ends: ``NEXT_STEP`` (default), ``SAME_STEP`` (the final observation and info
-            are in ``infos["final_obs"]``/``infos["final_info"]``) or ``DISABLED`` (reset
-            ended envs yourself with ``reset(options={"reset_mask": mask})``).
-        observation_mode: as ``AsyncVectorEnv``'s: ``"same"`` (default: every env has env
-            0's observation space), ``"different"`` (spaces may differ in their bounds but
-            not in structure, shapes and dtypes; :attr:`observation_space` is
-            ``batch_differing_spaces`` of them) or a tuple ``(observation_space,
-            single_observation_space)`` to use as given (the envs' spaces must share its
-            shapes and dtypes). Action spaces must always be equal.
-        batch_size: envs per :meth:`recv` in async batches (EnvPool's ``batch_size``),
-            between 1 and ``num_envs`` (default). Below ``num_envs`` use
-            :meth:`async_reset`, :meth:`send` and :meth:`recv` instead of reset/step;
-            with ``n_workers`` and ``main_shard`` unset, every env then runs in a worker
-            (a main shard's envs step inside :meth:`send`, where they cannot overlap
-            the caller's policy).
+        shared_memory, context, daemon: ``AsyncVectorEnv``'s, with their meaning there (below).
+        copy: if ``True`` (default), :meth:`reset` and :meth:`step` return observations that belong
+            to the caller and never change. If ``False`` they return *views into shared memory*: no
+            copy is made, but their contents are overwritten by the next :meth:`step` or :meth:`reset`
+            (as ``SyncVectorEnv(copy=False)``'s); copy what you keep, e.g. in a replay buffer.
+        device: ``None`` (default): numpy results. A torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``,
+            a ``torch.device``): :meth:`reset`, :meth:`step` and :meth:`recv` return observations
+            (every fixed-size leaf), rewards, terminations and truncations as torch tensors on it, in
+            the space's dtype (uint8 frames stay uint8), each the caller's (on ``"cpu"`` with
+            ``copy=False``, observations are views as above); infos stay numpy. Actions may then be
+            tensors on any device. On CUDA the shared arena is page-locked and copied from without
+            blocking (:mod:`shmvec.adapters.torch_device`).
+        autoreset_mode: ``AutoresetMode`` (or its string value) applied when an episode ends: ``NEXT_STEP``
+            (default), ``SAME_STEP`` (the final observation and info are in ``infos["final_obs"]``/
+            ``infos["final_info"]``) or ``DISABLED`` (reset ended envs: ``reset(options={"reset_mask": mask})``).
+        observation_mode: as ``AsyncVectorEnv``'s: ``"same"`` (default: every env has env 0's
+            observation space), ``"different"`` (spaces may differ in their bounds but not in
+            structure, shapes and dtypes; :attr:`observation_space` is ``batch_differing_spaces`` of
+            them) or a tuple ``(observation_space, single_observation_space)`` to use as given (the
+            envs' spaces must share its shapes and dtypes). Action spaces must always be equal.
+        batch_size: envs per :meth:`recv` in async batches (EnvPool's ``batch_size``), between 1
+            and ``num_envs`` (default). Below ``num_envs`` use :meth:`async_reset`, :meth:`send` and
+            :meth:`recv` instead of reset/step; with ``n_workers`` and ``main_shard`` unset, every
+            env then runs in a worker (a main shard's envs step inside :meth:`send`, where they
+            cannot overlap the caller's policy).
         **pool_options: how the envs run, shared with every shmvec adapter
-            (:class:`~shmvec.options.PoolOptions`): start_method, timeout, worker_threads,
-            max_spin, main_shard, on_worker_failure, max_restarts, as below. In restart
-            mode the envs of a dead worker report, for that step, the reset observation,
-            reward 0, ``terminated=False``, ``truncated=True`` and
-            ``infos["shmvec_restarted"]`` (no ``final_obs``: it died with the worker; in
-            ``SAME_STEP`` mode their reset info is in ``infos``); in ``NEXT_STEP`` mode
-            their next step is an ordinary autoreset step (do not bootstrap from the
-            observation returned with the truncation); in ``DISABLED`` mode reset them.
+            (:class:`~shmvec.options.PoolOptions`): start_method, timeout, worker_threads, max_spin,
+            main_shard, on_worker_failure, max_restarts, as below. In restart mode the envs of a
+            dead worker report, for that step, the reset observation, reward 0, ``terminated=False``,
+            ``truncated=True`` and ``infos["shmvec_restarted"]`` (no ``final_obs``: it died with the
+            worker; in ``SAME_STEP`` mode their reset info is in ``infos``); in ``NEXT_STEP`` mode
+            their next step is an ordinary autoreset step (do not bootstrap from the observation
+            returned with the truncation); in ``DISABLED`` mode reset them.
 
     Each env gets its action as ``SyncVectorEnv`` passes it: a row of the caller's array in
     the caller's dtype (float64 actions for a float32 space stay float64), or the caller's
@@ -122,15 +117,23 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
         n_workers: int | None = None,
-        *,
+        *async_args: Any,  # AsyncVectorEnv's positional order, after a bool second (see below)
         copy: bool = True,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         observation_mode: str | tuple[Space, Space] = "same",
         batch_size: int | None = None,
         device: Any = None,
+        shared_memory: bool = True,
+        context: str | None = None,
+        daemon: bool = True,
         **pool_options: Any,
     ):
         super().__init__()
+        given = dict(copy=copy, autoreset_mode=autoreset_mode, observation_mode=observation_mode, context=context)
+        given.update(shared_memory=shared_memory, daemon=daemon)  # AsyncVectorEnv's, as it takes them
+        n_workers, (copy, autoreset_mode, observation_mode), pool_options = dropin_args.async_vector_env(
+            type(self).__name__, n_workers, async_args, given, pool_options
+        )
         self.env_fns = env_fns
         self.observation_mode = observation_mode
         self.autoreset_mode = AutoresetMode(autoreset_mode)
@@ -393,4 +396,4 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
         pass
 
 
-ShmVectorEnv.__doc__ += "\n    Pool options:" + options_doc() + "\n"
+ShmVectorEnv.__doc__ += dropin_args.ASYNC_ARGS_DOC + "\n    Pool options:" + options_doc() + "\n"

@@ -19,6 +19,7 @@ from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv
 
 from shmvec import ShmPoolVecEnv
 from shmvec.errors import InvalidActionError
+from tests.adapters import start_probe
 from tests.envs import TupleActionEnv, make_dict_action
 from tests.helpers import assert_same
 from tests.sb3_compare import check_step, make_pair
@@ -193,4 +194,27 @@ def test_unknown_start_method_raises_what_subprocvecenv_raises():
     with pytest.raises(ValueError) as got:
         ShmPoolVecEnv([make_dict_action], start_method="illegal_method")
     assert str(want.value) == "cannot find context for 'illegal_method'"
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+def test_start_method_second_as_subprocvecenv_takes_it(start_method, monkeypatch, closing):
+    """``SubprocVecEnv(env_fns, "spawn")`` -> ``ShmPoolVecEnv(env_fns, "spawn")``: what an env sees of
+    the parent's state under each start method is what it sees under SubprocVecEnv."""
+    monkeypatch.setattr(start_probe, "STATE", "set by the test")
+    fns = [start_probe.ProbeEnv] * 2
+    ref = closing(SubprocVecEnv(fns, start_method))
+    shm = closing(ShmPoolVecEnv(fns, start_method, main_shard=False))  # every env in a worker
+    want = ["set by the test" if start_method == "fork" else "imported"] * 2
+    assert ref.get_attr("state") == want and shm.get_attr("state") == want
+    assert shm._pool.options.start_method == start_method
+
+
+def test_start_method_second_and_by_keyword_is_a_type_error():
+    with pytest.raises(TypeError, match="got multiple values for argument 'start_method'"):
+        ShmPoolVecEnv([make_dict_action], "spawn", start_method="fork")
+    with pytest.raises(ValueError) as want:
+        SubprocVecEnv([make_dict_action], "illegal_method")
+    with pytest.raises(ValueError) as got:
+        ShmPoolVecEnv([make_dict_action], "illegal_method")
     assert str(got.value) == str(want.value)

@@ -12,6 +12,9 @@ from __future__ import annotations
 import functools
 import gc
 import multiprocessing
+import re
+import subprocess
+import sys
 import time
 import warnings
 
@@ -26,8 +29,10 @@ from gymnasium.vector.utils import batch_differing_spaces
 
 import shmvec
 from shmvec import ShmVectorEnv
+from shmvec.options import default_start_method
+from tests.adapters import start_probe
 from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence
-from tests.envs import MixedDictEnv, make_mixed
+from tests.envs import MixedDictEnv, make_mixed, make_text_token
 from tests.helpers import assert_same, descendant_pids, shm_entries
 
 CARTPOLE = ENV_FACTORIES["CartPole"]
@@ -511,3 +516,103 @@ def test_surface_matches_async_vector_env(closing):
         env.set_attr("calls", [7, 8, 9])
     assert shm.get_attr("calls") == ref.get_attr("calls") == (7, 8, 9)
     assert shm.call("double", 4) == ref.call("double", 4) == (8, 8, 8)
+
+
+# ---- AsyncVectorEnv's constructor arguments ------------------------------------------
+
+SCRIPT = """
+import gymnasium as gym
+import numpy as np
+{import_line}
+
+
+def make():
+    return gym.make("CartPole-v1")
+
+
+if __name__ == "__main__":
+    # AsyncVectorEnv(env_fns, shared_memory, copy, context, daemon), by position and by keyword
+    for envs in (
+        {cls}([make] * 3, False, True, "spawn", True),
+        {cls}([make] * 3, shared_memory=False, context="forkserver", daemon=True),
+    ):
+        obs, _ = envs.reset(seed=1)
+        total = float(obs.sum())
+        for _ in range(40):
+            obs, rewards, terminations, truncations, _ = envs.step(np.array([0, 1, 1]))
+            total += float(obs.sum() + rewards.sum() + terminations.sum() + truncations.sum())
+        envs.close()
+        print(repr(total))
+"""
+
+
+def test_a_script_passing_async_vector_env_arguments_runs_unchanged(tmp_path):
+    """``shared_memory``, ``context`` and ``daemon``, by keyword and in AsyncVectorEnv's positional
+    order: a script that passes them runs with only the class name changed, and prints the same."""
+    outputs = []
+    for import_line, cls in [
+        ("from gymnasium.vector import AsyncVectorEnv", "AsyncVectorEnv"),
+        ("from shmvec import ShmVectorEnv", "ShmVectorEnv"),
+    ]:
+        script = tmp_path / f"{cls}.py"
+        script.write_text(SCRIPT.format(import_line=import_line, cls=cls))
+        done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, f"{cls}:\n{done.stderr}"
+        outputs.append(done.stdout.split())
+    assert len(outputs[0]) == 2 and outputs[1] == outputs[0]
+
+
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_context_is_the_start_method(context, monkeypatch, closing):
+    """What an env sees of the parent's state under each ``context`` is what it sees under AsyncVectorEnv's."""
+    monkeypatch.setattr(start_probe, "STATE", "set by the test")
+    fns = [start_probe.ProbeEnv] * 2
+    ref = closing(AsyncVectorEnv(fns, context=context))
+    shm = closing(ShmVectorEnv(fns, n_workers=2, context=context))
+    want = ("set by the test" if context == "fork" else "imported",) * 2
+    assert ref.get_attr("state") == want and shm.get_attr("state") == want
+    assert shm._pool.options.start_method == context
+
+
+def test_shared_memory_false_changes_nothing(closing):
+    """Custom spaces need ``shared_memory=False`` in AsyncVectorEnv; shmvec takes any space either way."""
+    fns = [functools.partial(make_text_token, max_episode_steps=7)] * 3
+    for shared_memory in (False, True):
+        shm = closing(ShmVectorEnv(fns, n_workers=2, start_method="fork", shared_memory=shared_memory))
+        ref = closing(SyncVectorEnv(fns))
+        counts = run_equivalence(shm, ref, steps=30, seed=5)
+        assert counts["terminated"] + counts["truncated"] > 0
+
+
+def test_daemon_is_what_shmvec_always_does_and_false_warns(closing):
+    fns = [start_probe.ProbeEnv] * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shm = closing(ShmVectorEnv(fns, n_workers=2, start_method="fork", daemon=True))
+    assert shm.get_attr("daemonic") == closing(AsyncVectorEnv(fns, context="fork", daemon=True)).get_attr("daemonic")
+    assert shm.get_attr("daemonic") == (True, True)
+    with pytest.warns(RuntimeWarning, match=r"daemon=False\) is ignored: its workers are daemonic processes"):
+        shm = closing(ShmVectorEnv(fns, n_workers=2, start_method="fork", daemon=False))
+    assert shm.get_attr("daemonic") == (True, True)  # AsyncVectorEnv's would be (False, False)
+
+
+WRONG_ARGUMENTS = {
+    "context and start_method": ((), {"context": "spawn", "start_method": "fork"}, "got context='spawn' and start_m"),
+    "a worker": ((), {"worker": lambda *args: None}, "runs its own workers: worker= must be None"),
+    "copy twice": ((False, True), {"copy": False}, "got multiple values for argument 'copy'"),
+    "shared_memory twice": ((False,), {"shared_memory": False}, "got multiple values for argument 'shared_memory'"),
+    "positional after n_workers": ((2, True), {}, "takes env_fns and n_workers positionally"),
+    "too many": ((False, True, None, True, None, "same", "NextStep", 2), {}, "up to autoreset_mode, no more"),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_ARGUMENTS))
+def test_arguments_that_cannot_be_honoured_raise_type_error(case):
+    args, kwargs, message = WRONG_ARGUMENTS[case]
+    with pytest.raises(TypeError, match=re.escape(message)):
+        ShmVectorEnv([start_probe.ProbeEnv] * 2, *args, **kwargs)
+
+
+def test_context_none_is_shmvecs_default_start_method(closing):
+    shm = closing(ShmVectorEnv([start_probe.ProbeEnv] * 2, n_workers=1, context=None))
+    assert shm._pool.options.start_method == default_start_method()
