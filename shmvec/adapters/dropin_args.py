@@ -97,11 +97,10 @@ def _is_default(value: Any, default: Any) -> bool:
     return type(value) is type(default) and value == default
 
 
-def subproc_vec_env(owner: str, n_workers: Any, start_method: Any) -> tuple[Any, Any]:
+def subproc_vec_env(n_workers: Any, start_method: Any) -> tuple[Any, Any]:
     """``(n_workers, start_method)`` for ``ShmPoolVecEnv(env_fns, n_workers, start_method)``:
-    a string second means ``start_method``, as in ``SubprocVecEnv(env_fns, "spawn")``."""
-    if isinstance(n_workers, str):
-        if start_method is not None:
-            raise TypeError(f"{owner}() got multiple values for argument 'start_method'")
+    a string second means ``start_method``, as in ``SubprocVecEnv(env_fns, "spawn")``; with a
+    start method given as well, it stays ``n_workers`` (and is refused as one)."""
+    if isinstance(n_workers, str) and start_method is None:
         return None, n_workers
     return n_workers, start_method

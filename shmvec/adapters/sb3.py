@@ -112,7 +112,7 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
         pin_memory: bool | None = None,
         **pool_options: Any,
     ):
-        n_workers, start_method = dropin_args.subproc_vec_env(type(self).__name__, n_workers, start_method)
+        n_workers, start_method = dropin_args.subproc_vec_env(n_workers, start_method)
         options = PoolOptions.from_kwargs(
             type(self).__name__, n_workers=n_workers, start_method=start_method, **pool_options
         )

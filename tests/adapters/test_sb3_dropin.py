@@ -210,8 +210,8 @@ def test_start_method_second_as_subprocvecenv_takes_it(start_method, monkeypatch
     assert shm._pool.options.start_method == start_method
 
 
-def test_start_method_second_and_by_keyword_is_a_type_error():
-    with pytest.raises(TypeError, match="got multiple values for argument 'start_method'"):
+def test_a_string_second_is_a_start_method_only_without_one():
+    with pytest.raises(ValueError, match="n_workers must be an int .* got 'spawn'"):
         ShmPoolVecEnv([make_dict_action], "spawn", start_method="fork")
     with pytest.raises(ValueError) as want:
         SubprocVecEnv([make_dict_action], "illegal_method")
