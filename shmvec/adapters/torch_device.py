@@ -89,11 +89,13 @@ class DeviceHandoff:
         paths = list(leaves)
         arrays = [leaves[path] for path in paths]
         if self._copies is not None:
-            tensors = self._copies.copy([*arrays, *scalars], env_ids, len(scalars))
+            tensors = self._copies.copy([*arrays, *scalars], env_ids)
         else:
             tensors = self._to_host(arrays, scalars, env_ids)
             if self.device.type != "cpu":  # another accelerator: plain copies
                 tensors = [tensor.to(self.device) for tensor in tensors]
+        if paths == [()] and not pickled:  # a flat space (Box, Discrete, ...): the tensor itself
+            return (tensors[0], *tensors[1:])
         obs = dict(zip(paths, tensors))
         for path, column in pickled.items():
             values = tuple(column) if env_ids is None else tuple(column[i] for i in env_ids.tolist())

@@ -231,11 +231,13 @@ class ArenaLayout:
                 (FINAL_OBS, (n_envs, *obs_leaves[0].shape), obs_leaves[0].dtype),
                 (FINAL_FLAG, (n_envs,), np.dtype(np.bool_)),
             ]
-        fields, offset = {}, 0
-        for name, shape, dtype in wanted:
-            spec = FieldSpec(offset, shape, dtype)
-            fields[name] = spec
-            offset += -(-max(spec.nbytes, 1) // ALIGNMENT) * ALIGNMENT
+        # placed first, side by side: what a step hands over, so that a GPU copies it in one span
+        handed = [obs_field(leaf.path) for leaf in obs_leaves] + ["reward", "terminated", "truncated"]
+        offsets, offset = {}, 0
+        for name, shape, dtype in sorted(wanted, key=lambda want: want[0] not in handed):
+            offsets[name] = offset
+            offset += -(-max(FieldSpec(0, shape, dtype).nbytes, 1) // ALIGNMENT) * ALIGNMENT
+        fields = {name: FieldSpec(offsets[name], shape, dtype) for name, shape, dtype in wanted}
         return cls(
             fields,
             obs_leaves,

@@ -4,15 +4,15 @@
   process, after every worker attached the arena (a worker slowed down before attaching must
   not change that), undone before the arena closes: at ``close()``, after a worker died, and
   by the finalizer of an env never closed; a failure warns once and copies go on pageable.
-- Copies (``shmvec.adapters.torch_device.cuda_calls``, replaced by CPU stand-ins whose events
-  complete in stream order): the results equal ``SyncVectorEnv``'s on every path (whole steps,
-  contiguous and scattered async batches), no command lets the workers rewrite a row
-  before the copy that reads it is done, and the events of gathered batches do not pile up.
+- Copies (``shmvec.adapters.cuda_copies.cuda_calls``, replaced by the CPU stand-ins of
+  ``shmvec.tools.cuda_stand_ins``, whose events complete in stream order): the results equal
+  ``SyncVectorEnv``'s on every path (whole steps, contiguous and scattered async batches), no
+  command lets the workers rewrite a row before the copy that reads it is done, and the events
+  of gathered batches do not pile up.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import signal
@@ -30,6 +30,7 @@ from shmvec.adapters import cuda_copies, torch_device  # noqa: E402
 from shmvec.engine import worker  # noqa: E402
 from shmvec.ipc import arena as arena_module  # noqa: E402
 from shmvec.ipc import pinning  # noqa: E402
+from shmvec.tools.cuda_stand_ins import StandInCalls, StandInEvent, StandInStream  # noqa: E402
 from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence  # noqa: E402
 from tests.adapters.test_vector_device import make_pair  # noqa: E402
 from tests.helpers import SHM_DIR, assert_same, descendant_pids  # noqa: E402
@@ -101,67 +102,11 @@ def cuda_log(monkeypatch):
     return host
 
 
-class FakeEvent:
-    """An event of one in-order stream: synchronizing it completes every event recorded before it."""
-
-    def __init__(self, stream: FakeStream):
-        self.stream = stream
-        self.record()
-
-    def record(self) -> None:
-        self.stream.recorded += 1
-        self.number = self.stream.recorded
-
-    def synchronize(self) -> None:
-        self.stream.completed = max(self.stream.completed, self.number)
-
-    @property
-    def done(self) -> bool:
-        return self.number <= self.stream.completed
-
-
-class FakeStream:
-    def __init__(self):
-        self.recorded = self.completed = 0
-
-
-class FakeCudaCalls(cuda_copies.CudaCalls):
-    """CUDA's calls as CPU ones: device tensors are CPU tensors; events complete only when synchronized."""
-
-    stream = FakeStream()
-
-    def available(self) -> bool:
-        return True
-
-    def start(self, device):
-        self.device = torch.device("cuda", 0)
-        return self.device
-
-    def copying(self):
-        return contextlib.nullcontext()
-
-    def empty(self, shape, dtype):
-        return torch.empty(shape, dtype=dtype)
-
-    def staging(self, shape, dtype):
-        return torch.empty(shape, dtype=dtype)
-
-    def fence(self, event=None):
-        if event is None:
-            return FakeEvent(self.stream)
-        assert event.done, "an event recorded again while a copy may still wait on it"
-        event.record()
-        return event
-
-    def hand_over(self, tensors, event):
-        pass
-
-
 @pytest.fixture
 def fake_cuda(monkeypatch, cuda_log):
-    FakeCudaCalls.stream = FakeStream()
-    monkeypatch.setattr(cuda_copies, "cuda_calls", FakeCudaCalls)
-    return FakeCudaCalls
+    """CUDA's copy calls replaced by counted CPU stand-ins (``.stream``, ``.counts``: the last env's)."""
+    monkeypatch.setattr(cuda_copies, "cuda_calls", StandInCalls)
+    return StandInCalls
 
 
 def slow_attach(monkeypatch, seconds: float = 0.3):
@@ -305,7 +250,7 @@ class WriteChecker:
     """Before each command that lets the workers write rows, every copy reading one of them must be done."""
 
     def __init__(self, env, monkeypatch):
-        self.reads: list[tuple[FakeStream, int, np.ndarray]] = []  # stream, event number, rows: events are reused
+        self.reads: list[tuple[StandInStream, int, np.ndarray]] = []  # stream, event number, rows: events are reused
         self.posts = 0
         original_add = cuda_copies.CopyFences.add
         checker = self
@@ -344,18 +289,15 @@ class WriteChecker:
 def test_whole_steps_match_and_wait_for_their_copies(mode, one_copy, fake_cuda, closing, monkeypatch):
     if not one_copy:  # as for memory that is not one arena (Ray's driver): each array on its own
         monkeypatch.setattr(cuda_copies, "SPAN_SLACK", (1.0, 0))
-    spans = []
-    original = cuda_copies.CudaCopies._copy_span
-    monkeypatch.setattr(
-        cuda_copies.CudaCopies, "_copy_span", lambda self, span: spans.append(span) or original(self, span)
-    )
     shm, ref = make_pair(MIXED, closing, mode=mode, device="cuda")
     checker = WriteChecker(shm, monkeypatch)
     counts = run_equivalence(AsNumpy(shm, device=torch.device("cpu")), ref, 120, seed=4)
     assert counts["terminated"] + counts["truncated"] > 0
     assert len(checker.reads) > 100 and checker.posts > 100
     assert fake_cuda.stream.completed > 0
-    assert (len(spans) > 100) == one_copy  # observations, rewards and flags in one copy, or not
+    calls = fake_cuda.counts  # a hand-off records one event
+    assert (calls["copies"] == calls["events"]) == one_copy  # observations, rewards and flags in one copy, or not
+    assert calls["staging"] == 0  # straight from the arena
 
 
 @pytest.mark.parametrize("n_workers", [1, 2])
@@ -373,15 +315,21 @@ def test_async_batches_match_numpy_and_never_rewrite_rows_in_flight(n_workers, f
     assert checker.posts == 61  # the reset and every send
 
 
+def recorded(stream: StandInStream) -> StandInEvent:
+    event = StandInEvent(stream)
+    event.record()
+    return event
+
+
 def test_copy_fences_wait_only_for_copies_of_the_rows_written():
-    fences, stream = cuda_copies.CopyFences(6), FakeStream()
-    first, second = FakeEvent(stream), FakeEvent(stream)
+    fences, stream = cuda_copies.CopyFences(6), StandInStream()
+    first, second = recorded(stream), recorded(stream)
     fences.add(first, slice(0, 3))
     fences.add(second, slice(3, 6))
     fences.before_write(np.array([3]))  # rows of the second copy: waits for it (and so for the first)
     assert second.done and first.done
     stream.completed = 0  # pretend nothing ran yet
-    third, fourth = FakeEvent(stream), FakeEvent(stream)
+    third, fourth = recorded(stream), recorded(stream)
     fences.add(third, slice(0, 2))
     fences.add(fourth, None)  # a gathered batch: it reads staging memory, no shared row
     fences.before_write(np.array([4, 5]))  # read last by the second copy, known done
@@ -397,14 +345,14 @@ def test_copy_fences_wait_only_for_copies_of_the_rows_written():
 def test_copies_that_read_no_row_keep_no_event():
     """A gathered batch's copy reads pinned staging memory, no shared row: once a later copy is issued nothing
     waits for its event, so at most the last one is kept, however many batches go by (one each, for good, before)."""
-    fences, stream = cuda_copies.CopyFences(6), FakeStream()
+    fences, stream = cuda_copies.CopyFences(6), StandInStream()
     rows = np.array([0, 2, 5])
     for _ in range(100_000):
-        fences.add(FakeEvent(stream), None)  # recv: a gathered batch
+        fences.add(recorded(stream), None)  # recv: a gathered batch
         fences.before_write(rows)  # send to its envs
     assert len(fences._events) == 1
-    fences.add(FakeEvent(stream), slice(0, 3))  # a contiguous run, read from the arena: kept until written
-    fences.add(last := FakeEvent(stream), None)
+    fences.add(recorded(stream), slice(0, 3))  # a contiguous run, read from the arena: kept until written
+    fences.add(last := recorded(stream), None)
     assert [number for number, _ in fences._events] == [100_001, 100_002]
     fences.before_write(np.array([1]))
     fences.wait_all()
