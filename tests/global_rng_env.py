@@ -36,6 +36,10 @@ class GlobalRngEnv(gym.Env):
         truncated = bool(random.random() < 0.05)
         return obs, reward, terminated, truncated, {}
 
+    def draws(self) -> tuple[float, float]:
+        """The next ``random.random()`` and ``np.random.random()`` of the process the env is in."""
+        return random.random(), float(np.random.random())
+
 
 class CountingEnv(gym.Env):
     """Appends the pid of the process that builds it, one line per env, to the file ``path``."""

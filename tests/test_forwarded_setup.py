@@ -5,19 +5,22 @@ Workers do not run the script (:mod:`shmvec.engine.lean_start`); what it set up 
 is carried to them (:mod:`shmvec.engine.script_setup`). Each test runs a script in a fresh
 interpreter that seeds ``np.random``, sets an environment variable and configures logging
 to its stdout, then asks each env (in a worker of its own) what it sees: the variable, the
-first ``np.random.random()`` of the seeded state, and its INFO record from ``reset`` on the
-script's stdout (relayed from the worker). ``import_main=True`` needs a script file, and
-says so from ``python -c``.
+first ``np.random.random()`` of its worker's stream (derived from the seeded state and the
+worker's index), and its INFO record from ``reset`` on the script's stdout (relayed from the
+worker). ``import_main=True`` needs a script file, and says so from ``python -c``.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from shmvec.engine.script_setup import worker_rng_states
 
 TIMEOUT = 90  # seconds; a hang fails the test
 
@@ -116,12 +119,14 @@ def test_the_scripts_set_up_reaches_every_worker(way, tmp_path):
     lines = result.stdout.splitlines()
     found = json.loads(next(line for line in lines if line.startswith("REPORTS "))[len("REPORTS ") :])
     reports = found["reports"]
-    first = float(np.random.RandomState(0).random_sample())  # what np.random.seed(0); np.random.random() gives
+    parent = np.random.RandomState(0).get_state()  # what np.random.seed(0) leaves
     assert len(reports) == 2
     assert len({report["pid"] for report in reports} | {found["main"]}) == 3, found  # two workers, not the script
-    for report in reports:
+    for worker, report in enumerate(reports):  # env k in worker k
+        first = np.random.RandomState()
+        first.set_state(worker_rng_states(random.getstate(), parent, worker)[1])
         assert report["env_var"] == "x", found
-        assert report["np_random"] == first, found
+        assert report["np_random"] == float(first.random_sample()), found
         assert f"probe|reset in {report['pid']}" in lines, result.stdout  # relayed to the script's handler
 
 

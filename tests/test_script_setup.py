@@ -10,7 +10,8 @@ set-up at the script's top             SubprocVecEnv (forkserver)    shmvec (for
 =====================================  ============================  ==========================
 logging.basicConfig(filename, level)   records in the file           the same (relayed)
 warnings.filterwarnings("ignore")      filtered                      the same (carried)
-np.random.seed / random.seed           each worker starts seeded     the same (the state)
+np.random.seed / random.seed           each worker starts seeded:    each worker its own stream,
+                                       all draw the same numbers     derived from the seeded state
 gym.register of an existing id         the script's spec             the same (pinned)
 os.environ set after a first pool      missed (forkserver's env)     seen (carried)
 mylib.CONFIG[...] = / a monkeypatch    seen (script re-run)          warned; worker_init= or
@@ -21,10 +22,14 @@ mylib.CONFIG[...] = / a monkeypatch    seen (script re-run)          warned; wor
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+
+from shmvec.engine.script_setup import worker_rng_states
 
 pytest.importorskip("stable_baselines3")  # the scripts compare with SB3's SubprocVecEnv
 
@@ -132,6 +137,20 @@ def run(tmp_path, make_vec: str, setup_lines: str = SETUP_LINES, num_envs: int =
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr, log
 
 
+def seeded_worker_draws(n_workers: int) -> list[tuple[float, float]]:
+    """The first ``random.random()`` and ``np.random.random()`` of each worker of a script that ran
+    ``random.seed(0)`` and ``np.random.seed(0)`` (docs/process.md: each worker's own stream)."""
+    parent_random, parent_numpy = random.Random(0).getstate(), np.random.RandomState(0).get_state()
+    draws = []
+    for worker in range(n_workers):
+        random_state, numpy_state = worker_rng_states(parent_random, parent_numpy, worker)
+        stdlib, legacy = random.Random(), np.random.RandomState()
+        stdlib.setstate(random_state)
+        legacy.set_state(numpy_state)
+        draws.append((stdlib.random(), float(legacy.random_sample())))
+    return draws
+
+
 def seen(reports: list[dict], key: str) -> list:
     return [report[key] for report in reports]
 
@@ -147,8 +166,9 @@ def test_workers_see_what_subprocvecenv_workers_see(subproc, tmp_path):
     found, stderr, log = run(tmp_path, SHMVEC.replace("{extra}", ""))
     reports, references = found["reports"], expected["reports"]
     assert len({report["pid"] for report in reports}) == 2  # each env in a worker of its own
-    for key in ("random", "np_random", "max_episode_steps"):
-        assert seen(reports, key) == seen(references, key), key
+    assert seen(reports, "max_episode_steps") == seen(references, "max_episode_steps")
+    assert len(set(seen(references, "np_random"))) == 1  # SubprocVecEnv's workers: one stream, drawn twice
+    assert [(report["random"], report["np_random"]) for report in reports] == seeded_worker_draws(2)
     assert seen(reports, "max_episode_steps") == [1000, 1000]  # the script's registration won
     assert seen(reports, "env_var") == ["late", "late"]  # SubprocVecEnv's forkserver kept its first environment
     assert seen(references, "env_var") == [None, None]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy as copy_module
 import dataclasses
 import inspect
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -178,9 +179,10 @@ def make_vec(
         env_spec = copy_module.deepcopy(gym.spec(env_id))
     env_kwargs = {**env_spec.kwargs, **kwargs}
     env_spec.kwargs = {}
+    build_spec = _with_main_entry_point(env_spec)
 
     def make_one() -> gym.Env:
-        env = gym.make(env_spec, **env_kwargs)
+        env = gym.make(build_spec, **env_kwargs)
         for wrapper in wrappers:
             env = wrapper(env)
         return env
@@ -194,3 +196,21 @@ def make_vec(
         vector_spec.kwargs["wrappers"] = wrappers
     envs.spec = vector_spec
     return envs
+
+
+def _with_main_entry_point(spec: gym.envs.registration.EnvSpec) -> gym.envs.registration.EnvSpec:
+    """``spec``, an entry point ``"__main__:Name"`` replaced by the object it names here.
+
+    Workers do not run the main script, so their ``__main__`` has no ``Name``; the object itself
+    travels with the env_fns, by value, as cloudpickle carries the script's classes and functions.
+    """
+    entry = spec.entry_point
+    if not (isinstance(entry, str) and entry.startswith("__main__:")):
+        return spec
+    obj: Any = sys.modules["__main__"]
+    try:
+        for part in entry.split(":", 1)[1].split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        return spec  # gym.make says what is missing, as it would here
+    return dataclasses.replace(spec, entry_point=obj)

@@ -8,7 +8,8 @@ process. :func:`missed_lines` finds such statements in the script's source (one
 
 - a call whose callee comes from an import (``torch.set_default_dtype(...)``,
   ``patch_envs()`` imported from a module), other than the calls whose effects are carried
-  (:data:`CARRIED`);
+  (:data:`CARRIED`) and those that only do I/O on the process's own streams
+  (:data:`OWN_STREAMS`: ``sys.stdout.flush()``, ``pprint.pprint(...)``; ``print`` is no import);
 - an assignment, augmented assignment or ``del`` of an attribute or item of an imported
   name (``CartPoleEnv.reset = patched``, ``mylib.CONFIG["x"] = 5``), other than to
   ``os.environ``.
@@ -57,6 +58,22 @@ CARRIED = (
     "shmvec",
 )
 ENVIRON = "os.environ"  # the one imported object whose items a script may set: carried
+# Callees that only read or write the process's own streams: a worker needs none of what they do.
+OWN_STREAMS = (
+    "sys.stdout",
+    "sys.stderr",
+    "sys.stdin",
+    "sys.__stdout__",
+    "sys.__stderr__",
+    "builtins.print",
+    "builtins.input",
+    "pprint",
+    "tqdm.write",
+    "tqdm.tqdm.write",
+    "rich.print",
+    "click.echo",
+    "typer.echo",
+)
 
 
 def main_script() -> Path | None:
@@ -219,7 +236,7 @@ def _imported_path(node: ast.expr, imported: dict[str, str]) -> str | None:
 
 
 def _carried(path: str) -> bool:
-    return any(_starts_with(path, prefix) for prefix in CARRIED)
+    return any(_starts_with(path, prefix) for prefix in CARRIED + OWN_STREAMS)
 
 
 def _starts_with(path: str, prefix: str) -> bool:

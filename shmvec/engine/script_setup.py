@@ -14,9 +14,11 @@ environment variables      ``os.environ`` at pool creation, whole (the forkserve
                            the environment it started with)
 ``warnings`` filters       ``warnings.filters``, and ``logging.captureWarnings``
 logging                    the levels of the root and of every logger given one; records
-                           go back to the main process's handlers (:class:`LogRelay`)
-``random``, ``np.random``  the global generators' states at pool creation (as a fork
-                           would: every worker starts from the same state)
+                           go back to the main process's handlers, each once
+                           (:mod:`~shmvec.engine.log_relay`)
+``random``, ``np.random``  worker k starts each from a state derived from the parent's state
+                           of it at pool creation and k (:func:`worker_rng_states`): streams
+                           that differ between workers, and repeat when the script seeds
 Gymnasium                  the registry (the parent's spec wins, also over ids a plugin
                            registers again when an env_fn imports it) and
                            ``gym.logger``'s level
@@ -25,20 +27,19 @@ anything else              ``worker_init=`` (run in each worker after the above,
                            :mod:`~shmvec.engine.script_check`
 =========================  ==============================================================
 
-Under fork a worker inherits all of it; applying it again changes nothing.
+Under fork a worker inherits all of it; applying it again changes nothing but the generators'
+states (derived as above) and the parent's log handlers (removed: the relay hands each record to
+the originals).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
-import logging.handlers
 import os
-import pickle
 import random
-import socket
 import sys
-import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,11 +49,9 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 
+from shmvec.engine.log_relay import LogRelay, relay_to
 from shmvec.engine.script_check import main_script, setup_is_shared, warn_once
 from shmvec.options import PoolOptions
-
-RELAY_CLOSE_TIMEOUT = 1.0  # seconds close() waits for the log relay to take its last records
-MAX_RECORD_BYTES = 60_000  # a pickled log record's most (a datagram; a longer message is cut)
 
 
 @dataclass
@@ -140,27 +139,59 @@ def setup_blob(setup: ScriptSetup) -> bytes:
         return cloudpickle.dumps(dataclasses.replace(setup, registry=kept))
 
 
-def apply(setup: ScriptSetup, log_queue: Any) -> None:
-    """In a worker, before its env_fns are loaded: take on ``setup``; log records go to ``log_queue``."""
+def apply(setup: ScriptSetup, log_queue: Any, worker: int | None = None) -> None:
+    """In worker ``worker``, before its env_fns are loaded: take on ``setup``; log records go to
+    ``log_queue`` (:mod:`~shmvec.engine.log_relay`). ``worker`` None (the timing process): the
+    global generators take the parent's states as they are."""
     for name in set(os.environ) - set(setup.environ):
         del os.environ[name]
     os.environ.update(setup.environ)
     apply_filters(setup.warning_filters)
     logging.captureWarnings(setup.capture_warnings)
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    if log_queue is not None:
-        root.addHandler(logging.handlers.QueueHandler(log_queue))
+    relay_to(log_queue)
     for name, level in setup.log_levels.items():
         logging.getLogger(name or None).setLevel(level)
     logging.disable(setup.log_disable)
-    random.setstate(setup.random_state)
-    np.random.set_state(setup.numpy_state)
+    random_state, numpy_state = setup.random_state, setup.numpy_state
+    if worker is not None:
+        random_state, numpy_state = worker_rng_states(random_state, numpy_state, worker)
+    random.setstate(random_state)
+    np.random.set_state(numpy_state)
     gym.logger.min_level = setup.gym_log_level
     pin_registry(setup.registry)
     if setup.worker_init is not None:
         setup.worker_init()
+
+
+def worker_rng_states(random_state: tuple, numpy_state: tuple, worker: int) -> tuple[tuple, tuple]:
+    """The states worker ``worker`` starts ``random`` and ``np.random`` from, given the main process's
+    states of them (``random.getstate()``, ``np.random.get_state()``) when the pool was made.
+
+    Each generator is seeded with 256 bits drawn from ``np.random.SeedSequence(entropy, spawn_key=(worker,))``,
+    ``entropy`` being the SHA-256 of the parent's state of that same generator: workers draw
+    independent streams, and a script that seeds a generator the same way gets the same streams
+    again (one it leaves unseeded differs run to run, as in the main process).
+
+    Example:
+        >>> import random, numpy as np
+        >>> random.seed(0); np.random.seed(0)
+        >>> first = worker_rng_states(random.getstate(), np.random.get_state(), 0)
+        >>> second = worker_rng_states(random.getstate(), np.random.get_state(), 1)
+        >>> first[0] != second[0], first == worker_rng_states(random.getstate(), np.random.get_state(), 0)
+        (True, True)
+    """
+    version, words, gauss = random_state
+    stdlib_seed = _derived_seed(b"random", np.array(words, np.uint32).tobytes() + repr(gauss).encode(), worker)
+    name, key, position, has_gauss, cached = numpy_state
+    numpy_bytes = np.asarray(key, np.uint32).tobytes() + repr((name, int(position), int(has_gauss), cached)).encode()
+    numpy_seed = _derived_seed(b"numpy", numpy_bytes, worker)
+    stdlib = random.Random(int.from_bytes(stdlib_seed.tobytes(), "little"))
+    return stdlib.getstate(), np.random.RandomState(numpy_seed).get_state()
+
+
+def _derived_seed(generator: bytes, state: bytes, worker: int) -> np.ndarray:
+    entropy = int.from_bytes(hashlib.sha256(generator + state).digest(), "little")
+    return np.random.SeedSequence(entropy, spawn_key=(worker,)).generate_state(8)
 
 
 def after_env_built(setup: ScriptSetup) -> None:
@@ -239,60 +270,6 @@ def pin_registry(specs: dict[str, gym.envs.registration.EnvSpec]) -> None:
     """
     gym.registry.update(specs)
     warnings.filterwarnings("ignore", message=".*Overriding environment .* already in registry", category=UserWarning)
-
-
-class LogRelay:
-    """The main process's end of the workers' logging: a datagram socket pair and a thread that
-    hands each record to the logger of its name here, so the script's handlers and levels apply.
-
-    Each record is one datagram, whole or not at all whichever workers write at once, so the
-    workers need no lock; and unlike ``multiprocessing.Queue`` it leaves no named semaphore in
-    ``/dev/shm`` when a process group is killed.
-    """
-
-    def __init__(self):
-        self._read, write = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.queue = RecordSender(write)  # what workers log to (kept here for restarted ones)
-        self._thread = threading.Thread(target=self._relay, name="shmvec-log-relay", daemon=True)
-        self._thread.start()
-
-    def _relay(self) -> None:
-        while True:
-            try:
-                data = self._read.recv(MAX_RECORD_BYTES + 4096)
-            except OSError:  # closed
-                return
-            if not data:  # close()'s
-                return
-            try:
-                record = pickle.loads(data)
-            except Exception:  # a record of a class this process cannot load: the worker's problem, not ours
-                continue
-            logger = logging.getLogger(record.name)
-            if logger.isEnabledFor(record.levelno):
-                logger.handle(record)
-
-    def close(self) -> None:
-        """Take the records the workers sent (call after they exited), then stop. Idempotent."""
-        if self._thread.is_alive():
-            self.queue.sock.send(b"")
-            self._thread.join(RELAY_CLOSE_TIMEOUT)
-        self.queue.sock.close()
-        self._read.close()
-
-
-class RecordSender:
-    """A worker's end of the :class:`LogRelay`, for ``logging.handlers.QueueHandler``: one datagram a record."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-
-    def put_nowait(self, record: logging.LogRecord) -> None:
-        data = pickle.dumps(record)  # QueueHandler.prepare made its message a string, without args
-        if len(data) > MAX_RECORD_BYTES:
-            record.msg = f"{str(record.msg)[: MAX_RECORD_BYTES // 2]} [... cut by shmvec's log relay]"
-            data = pickle.dumps(record)
-        self.sock.send(data)
 
 
 def _pickles(obj: Any) -> bool:

@@ -140,7 +140,7 @@ def worker_main(
         try:
             what = f"envs {first_env}..{stop_env - 1}"
             setup = _load(setup_blob, f"the set-up (worker_init, registered envs) of its {what}", worker)
-            script_setup.apply(setup, log_queue)  # first: the environment variables, read by what follows
+            script_setup.apply(setup, log_queue, worker)  # first: the environment variables, read by what follows
             limit_threads(n_threads)
             env_fns, env_wrapper = _load(env_fns_blob, f"the env_fns of its {what}", worker)
             env_fns = [_keeping_setup(env_fn, setup) for env_fn in env_fns]

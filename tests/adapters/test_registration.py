@@ -163,3 +163,64 @@ def test_register_errors(custom_id):
     gym.register(twin_id(custom_id), entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv")
     with pytest.raises(ValueError, match="shmvec did not register it"):
         shmvec.register(custom_id)
+
+
+MAIN_ENTRY_POINT_SCRIPT = """\
+import json
+import os
+import sys
+
+import gymnasium as gym
+import numpy as np
+
+import shmvec
+
+
+class ScriptEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.full(1, os.getpid() % 2, np.float32), 1.0, False, False, {"pid": os.getpid()}
+
+
+gym.register("ScriptEnv-v0", entry_point="__main__:ScriptEnv", max_episode_steps=7)
+
+if __name__ == "__main__":
+    n_workers = None if sys.argv[1] == "default" else int(sys.argv[1])
+    made = [shmvec.make_vec("ScriptEnv-v0", 4, n_workers)]
+    made.append(gym.make_vec(shmvec.register("ScriptEnv-v0"), num_envs=4, n_workers=n_workers))
+    for envs in made:
+        envs.reset(seed=0)
+        _, rewards, _, _, infos = envs.step(np.zeros(4, np.int64))
+        pids = sorted(set(int(pid) for pid in infos["pid"]))
+        print(json.dumps({"rewards": rewards.tolist(), "pids": pids, "main": os.getpid(),
+                          "entry_point": envs.spec.entry_point, "max_episode_steps": envs.spec.max_episode_steps}))
+        envs.close()
+"""
+
+
+@pytest.mark.parametrize("n_workers", ["default", "2"])
+def test_make_vec_of_an_id_the_script_registered_with_a_main_entry_point(n_workers, tmp_path):
+    """``"__main__:ScriptEnv"`` names a class of the script, which workers do not run: it is resolved in the
+    main process and carried by value, as cloudpickle carries the script's classes."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "train.py").write_text(MAIN_ENTRY_POINT_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, "train.py", n_workers], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for line in result.stdout.splitlines():
+        found = json.loads(line)
+        assert found["rewards"] == [1.0] * 4
+        assert found["entry_point"] == "__main__:ScriptEnv" and found["max_episode_steps"] == 7  # the spec as given
+        if n_workers == "2":
+            assert len(found["pids"]) == 2 and found["main"] not in found["pids"], found  # built in the workers
+    assert len(result.stdout.splitlines()) == 2, result.stdout

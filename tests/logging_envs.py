@@ -1,0 +1,38 @@
+"""Envs that log from their worker, for the log relay's tests (tests/test_log_relay.py), importable by workers."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+log = logging.getLogger("probe")
+noisy = logging.getLogger("probe.noisy")
+
+
+class LoggingEnv(gym.Env):
+    """Logs ``"reset in <pid>"`` on logger ``probe`` at each reset; ``per_step`` records of
+    ``size`` characters on ``probe.noisy`` at each step; :meth:`shout` one record of a given length."""
+
+    def __init__(self, per_step: int = 0, size: int = 100):
+        self.per_step, self.size = per_step, size
+        self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        log.info("reset in %d", os.getpid())
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        for i in range(self.per_step):
+            noisy.info("%d %s", i, "n" * self.size)
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def shout(self, length: int) -> int:
+        """Log one record whose message is ``"<length>:"`` and ``length`` characters; returns the pid."""
+        log.info("%d:%s", length, "x" * length)
+        return os.getpid()

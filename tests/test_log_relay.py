@@ -1,0 +1,180 @@
+"""The workers' log records in the main process: long ones cut with a marker, never lost; a main-process
+filter or handler that raises neither ends the relay nor blocks the workers; a relay that does not
+keep up costs a worker a bounded wait, then records dropped and counted; each record reaches each
+handler once, under every start method.
+
+The envs (tests/logging_envs.py) log from their worker; the records come back through
+:class:`shmvec.engine.log_relay.LogRelay`, whose last ones are in once ``close()`` returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import multiprocessing as mp
+import threading
+
+import numpy as np
+import pytest
+
+from shmvec import ShmVectorEnv
+from shmvec.engine import log_relay
+from tests.helpers import pool_pids
+from tests.logging_envs import LoggingEnv
+
+CUT_AT = 50_000  # the documented longest message a worker's record keeps (docs/process.md)
+LENGTHS = (1_000, 40_000, 70_000, 100_000, 300_000)
+START_METHODS = [method for method in ("fork", "forkserver", "spawn") if method in mp.get_all_start_methods()]
+
+
+class Collected(logging.Handler):
+    """Keeps the records it is handed."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def messages(self) -> list[str]:
+        return [record.getMessage() for record in self.records]
+
+
+@pytest.fixture
+def probe_logs():
+    """A :class:`Collected` handler on logger ``probe`` at INFO, removed afterwards."""
+    logger, handler = logging.getLogger("probe"), Collected()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_long_records_arrive_cut_with_a_marker_never_lost(probe_logs, closing):
+    envs = closing(ShmVectorEnv([LoggingEnv], n_workers=1))
+    for length in LENGTHS:
+        envs.call("shout", length)
+    envs.close()  # the relay takes the workers' last records
+    shouts = [message for message in probe_logs.messages() if not message.startswith("reset in")]
+    assert [message.split(":", 1)[0] for message in shouts] == [str(length) for length in LENGTHS]
+    for length, message in zip(LENGTHS, shouts):
+        whole = f"{length}:" + "x" * length
+        if len(whole) <= CUT_AT:
+            assert message == whole
+        else:
+            assert f"[... shmvec's log relay cut {len(whole) - CUT_AT:,} characters ...]" in message, message[:200]
+            assert len(message) < CUT_AT + 200 and message.endswith("x" * 1000)
+    assert log_relay.MAX_MESSAGE_CHARS == CUT_AT
+
+
+def test_a_record_too_long_for_one_datagram_in_any_form_is_cut_in_the_sender():
+    """Non-ASCII text (4 bytes a character) and big extra attributes are cut further; unpicklable extras
+    travel as their repr; nothing raises."""
+    sent = []
+
+    class Socket:
+        def send(self, data, flags=0):
+            sent.append(data)
+
+    sender = log_relay.RecordSender(Socket())
+    for message, extra in (
+        ("\U0001f600" * 40_000, {}),
+        ("short", {"blob": "b" * 200_000}),
+        ("lock", {"lock": threading.Lock()}),
+    ):
+        record = logging.LogRecord("probe", logging.INFO, __file__, 1, message, None, None)
+        record.message = message  # as QueueHandler.prepare leaves it
+        record.__dict__.update(extra)
+        sender.put_nowait(record)
+    assert len(sent) == 3 and all(len(data) <= log_relay.MAX_RECORD_BYTES for data in sent)
+
+
+class Raising(logging.Filter):
+    """A filter that expects what a ``LoggerAdapter`` of the main process adds."""
+
+    def filter(self, record):
+        return record.request_id is not None
+
+
+def test_a_main_process_filter_that_raises_neither_ends_the_relay_nor_blocks_the_workers(probe_logs, closing, capsys):
+    noisy, handler = logging.getLogger("probe.noisy"), Collected()
+    handler.addFilter(Raising())
+    noisy.addHandler(handler)
+    try:
+        env_fns = [functools.partial(LoggingEnv, per_step=100, size=1000)] * 2
+        envs = closing(ShmVectorEnv(env_fns, n_workers=2, timeout=20))  # a hang fails the test
+        envs.reset()
+        for _ in range(20):  # 4,000 records of ~1 KB: far more than a socket buffer holds
+            envs.step(np.zeros(2, np.int64))
+        envs.reset()
+        pids = pool_pids(envs)
+        envs.close()
+    finally:
+        noisy.removeHandler(handler)
+    resets = [message for message in probe_logs.messages() if message.startswith("reset in")]
+    assert sorted(resets) == sorted(f"reset in {pid}" for pid in pids * 2)  # the relay went on
+    err = capsys.readouterr().err
+    assert err.count("--- Logging error in shmvec's log relay ---") == 1, err[-3000:]  # reported once, not per record
+    assert "request_id" in err
+
+
+def test_a_relay_that_does_not_keep_up_costs_workers_a_bounded_wait_then_counted_drops(probe_logs, closing):
+    noisy, shmvec_logger, release = logging.getLogger("probe.noisy"), logging.getLogger("shmvec"), threading.Event()
+    sent = 5 * 2000
+
+    class Stuck(Collected):
+        def emit(self, record):
+            release.wait(60)
+            super().emit(record)
+
+    stuck, notes = Stuck(), Collected()
+    noisy.addHandler(stuck)
+    shmvec_logger.addHandler(notes)
+    try:
+        envs = closing(ShmVectorEnv([functools.partial(LoggingEnv, per_step=2000, size=1000)], n_workers=1, timeout=30))
+        envs.reset()
+        for _ in range(5):  # 10,000 records of ~1 KB against a relay stuck on the first: a hang fails the test
+            envs.step(np.zeros(1, np.int64))
+        release.set()
+        envs.reset()  # a record that goes through: the count of those dropped is sent with it
+        (pid,) = pool_pids(envs)
+        envs.close()
+    finally:
+        release.set()
+        noisy.removeHandler(stuck)
+        shmvec_logger.removeHandler(notes)
+    (note,) = [message for message in notes.messages() if "dropped" in message]
+    dropped = int(note.split(" log records")[0].rsplit(" ", 1)[-1].replace(",", ""))
+    assert f"worker process {pid}" in note
+    assert 0 < dropped < sent and dropped + len(stuck.records) == sent, (note, len(stuck.records))
+    assert f"reset in {pid}" in probe_logs.messages()
+
+
+@pytest.mark.parametrize("propagate", [True, False])
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_each_worker_record_reaches_each_handler_once(start_method, propagate, tmp_path, closing):
+    probe, root = logging.getLogger("probe"), logging.getLogger()
+    on_probe, on_root = logging.FileHandler(tmp_path / "probe.log"), logging.FileHandler(tmp_path / "root.log")
+    level = probe.level
+    probe.addHandler(on_probe)
+    root.addHandler(on_root)
+    probe.setLevel(logging.INFO)
+    probe.propagate = propagate
+    try:
+        envs = closing(ShmVectorEnv([LoggingEnv] * 2, n_workers=2, start_method=start_method))
+        envs.reset()
+        pids = pool_pids(envs)
+        envs.close()
+    finally:
+        probe.propagate = True
+        probe.setLevel(level)
+        for logger, handler in ((probe, on_probe), (root, on_root)):
+            logger.removeHandler(handler)
+            handler.close()
+    expected = sorted(f"reset in {pid}" for pid in pids)
+    assert sorted((tmp_path / "probe.log").read_text().splitlines()) == expected
+    in_root = [line for line in (tmp_path / "root.log").read_text().splitlines() if line.startswith("reset in")]
+    assert sorted(in_root) == (expected if propagate else [])
