@@ -174,10 +174,13 @@ def worker_rng_states(random_state: tuple, numpy_state: tuple, worker: int) -> t
 
     Example:
         >>> import random, numpy as np
-        >>> random.seed(0); np.random.seed(0)
-        >>> first = worker_rng_states(random.getstate(), np.random.get_state(), 0)
-        >>> second = worker_rng_states(random.getstate(), np.random.get_state(), 1)
-        >>> first[0] != second[0], first == worker_rng_states(random.getstate(), np.random.get_state(), 0)
+        >>> seeded = random.Random(0).getstate(), np.random.RandomState(0).get_state()  # random.seed(0) ...
+        >>> def first_draws(worker):
+        ...     stdlib, legacy = random.Random(), np.random.RandomState()
+        ...     random_state, numpy_state = worker_rng_states(*seeded, worker)
+        ...     stdlib.setstate(random_state); legacy.set_state(numpy_state)
+        ...     return stdlib.random(), legacy.random_sample()
+        >>> first_draws(0) != first_draws(1), first_draws(0) == first_draws(0)
         (True, True)
     """
     version, words, gauss = random_state
