@@ -5,9 +5,10 @@ One command, no network, a few minutes on a machine with a GPU (it prints the de
     python bench/gpu_handoff.py            # (a), (b) and (c), then one PASS/FAIL line per target
     python bench/gpu_handoff.py --smoke    # seconds on any machine (CI): tiny sizes, CUDA parts skipped without CUDA
 
-(a) Host-to-device bandwidth, GB/s (median of 20 copies) at 4, 16 and 64 MiB: from pageable
+(a) Host-to-device bandwidth, GB/s (median of 20 copies) at 1, 4, 16 and 64 MiB: from pageable
     numpy memory, from a shmvec arena page-locked as a pool page-locks its own
-    (``shmvec.ipc.pinning``), and from ``torch.empty(..., pin_memory=True)``.
+    (``shmvec.ipc.pinning``), and from ``torch.empty(..., pin_memory=True)``; and how much longer
+    a copy from the arena takes than one from ``pin_memory`` (the same at every size: a cost per copy).
 (b) Per-step hand-off, µs (median and p99 over 2000 steps), for 64 × 4×84×84 uint8 and
     64 × 376 float64 observations: ``torch.as_tensor(obs).to(dev)``, CleanRL's
     ``torch.Tensor(obs).to(dev)`` and ``device="cuda"``. "host" is the CPU time until the
@@ -17,6 +18,11 @@ One command, no network, a few minutes on a machine with a GPU (it prints the de
 (c) A CleanRL-style PPO Atari loop with its policy on the GPU (``bench/gpu_ppo.py``): env
     steps per second, numpy + ``.to()`` against ``device="cuda"``, synchronous and with async
     batches; loops take turns, medians.
+
+(d) The host side of ``device="cuda"``'s hand-off on CPU stand-ins for CUDA's calls
+    (``shmvec.tools.cuda_stand_ins``, device tensors on torch's ``"meta"`` device: its dispatch,
+    no data), on any machine: µs (median and p99) and the calls per hand-off (copies, events,
+    stream calls, synchronizations, tensors made). No target: it shows what the host side is made of.
 
 Targets: (a) page-locked arena >= 0.9x ``pin_memory`` and >= 2x pageable at every size;
 (b) the host side of ``device="cuda"``'s hand-off <= 20 µs for 64 Atari frames; (c)
@@ -85,7 +91,12 @@ def bandwidth(device: torch.device, sizes_mib: list[int], repeats: int) -> list[
                     target.copy_(source[: size * MiB], non_blocking=True)
                     torch.cuda.synchronize(device)
                     seconds[name].append(time.perf_counter() - start)
-            rows.append({"MiB": size, **{name: size * MiB / statistics.median(s) / 1e9 for name, s in seconds.items()}})
+            row = {"MiB": size, **{name: size * MiB / statistics.median(s) / 1e9 for name, s in seconds.items()}}
+            if "page-locked arena" in seconds:  # a fixed cost per copy shows as the same difference at every size
+                row["arena - pin_memory, µs"] = (
+                    statistics.median(seconds["page-locked arena"]) - statistics.median(seconds["pin_memory"])
+                ) * 1e6
+            rows.append(row)
         return rows
     finally:
         if pinned is not None:
@@ -176,6 +187,67 @@ def ppo(device: torch.device, n_envs: int, num_steps: int, iterations: int, repe
             loop.envs.close()
 
 
+# ---- (d) the hand-off's calls, on stand-ins ----------------------------------------------
+
+
+class _Host(pinning.CudaHost):
+    """Page-locking that succeeds and does nothing (for the stand-ins)."""
+
+    def register(self, address: int, nbytes: int, device: int | None) -> int:
+        return 0
+
+    def unregister(self, address: int, device: int | None) -> int:
+        return 0
+
+
+def stand_in_handoff(n_envs: int, steps: int) -> list[tuple[str, dict[str, float], list[float]]]:
+    """Per shape: the calls of one hand-off and its host time (seconds per sample), CUDA's calls stood in."""
+    from shmvec.adapters import cuda_copies
+    from shmvec.tools.cuda_stand_ins import CATEGORIES, StandInCalls, TensorCount
+
+    class MetaCalls(StandInCalls):
+        target = "meta"
+
+    saved = cuda_copies.cuda_calls, pinning.cuda_host
+    cuda_copies.cuda_calls, pinning.cuda_host = MetaCalls, _Host()
+    try:
+        out = []
+        for name, (shape, dtype) in SHAPES.items():
+            fns = [functools.partial(SyntheticEnv, obs_shape=shape, dtype=dtype)] * n_envs
+            with ShmVectorEnv(fns, n_workers=1, device="cuda") as envs:
+                calls, samples = _counted_handoff(envs, steps, CATEGORIES, TensorCount)
+                out.append((f"{n_envs} x {name}", calls, samples))
+        return out
+    finally:
+        cuda_copies.cuda_calls, pinning.cuda_host = saved
+
+
+def _counted_handoff(envs: ShmVectorEnv, steps: int, categories: tuple, tensor_count: type) -> tuple:
+    envs.reset(seed=0)
+    hand_off, pool, space = envs._device, envs._pool, envs.single_observation_space
+    scalars = (pool.rewards, pool.terminated, pool.truncated)
+
+    def one() -> None:  # as step() makes it: the fence before the workers write, then the copies
+        hand_off.before_write()
+        hand_off.results(space, pool.obs_leaves, pool.pickled_obs, scalars)
+
+    for _ in range(20):
+        one()
+    counts, counted = hand_off._cuda.counts, 100
+    counts.clear()
+    with tensor_count(torch) as tensors:
+        for _ in range(counted):
+            one()
+    calls = {kind: counts[kind] / counted for kind in categories}
+    calls["tensors made"] = tensors.made / counted
+    samples = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        one()
+        samples.append(time.perf_counter() - start)
+    return calls, samples
+
+
 # ---- the command --------------------------------------------------------------------------
 
 
@@ -199,11 +271,13 @@ def main(argv: list[str] | None = None) -> list[str]:
     if device.type != "cuda":
         print("skipped: no CUDA device")
     else:
-        rows = bandwidth(device, [4] if smoke else [4, 16, 64], 3 if smoke else 20)
+        rows = bandwidth(device, [4] if smoke else [1, 4, 16, 64], 3 if smoke else 20)
         names = [name for name in rows[0] if name != "MiB"]
         print(f"{'MiB':>5} " + " ".join(f"{name:>22}" for name in names))
         for row in rows:
             print(f"{row['MiB']:>5} " + " ".join(f"{row[name]:>22.2f}" for name in names))
+            if row["MiB"] < 4:  # below the targets' sizes: shows whether the gap is per copy or per byte
+                continue
             arena, pinned, pageable = row.get("page-locked arena", 0.0), row["pin_memory"], row["pageable"]
             verdicts.append(_verdict(f"(a) {row['MiB']} MiB: arena >= 0.9x pin_memory", arena / pinned, 0.9))
             verdicts.append(_verdict(f"(a) {row['MiB']} MiB: arena >= 2x pageable", arena / pageable, 2.0))
@@ -233,6 +307,11 @@ def main(argv: list[str] | None = None) -> list[str]:
         rate = {loop.how: loop_rate for loop, loop_rate, _ in rates if bool(loop.batch_size) == batches}
         kind = "async batches" if batches else "sync"
         verdicts.append(_verdict(f"(c) PPO {kind}: device >= numpy + .to()", rate["device"] / rate["numpy"], 1.0))
+
+    print("\n(d) the hand-off's host side on CPU stand-ins for CUDA's calls (meta tensors): µs (median, p99); calls")
+    for label, calls, samples in stand_in_handoff(4 if smoke else 64, steps):
+        listed = ", ".join(f"{kind} {count:g}" for kind, count in calls.items() if count)
+        print(f"{label:<20} {_quantiles(samples)}   {listed}")
 
     mark = "" if device.type == "cuda" else " (no CUDA: this machine's CPU figures, not the targets' setting)"
     print("\ntargets" + mark)

@@ -17,8 +17,9 @@ def test_smoke_runs_every_part_and_judges_every_target(capsys):
     verdicts = gpu_handoff.main(["--smoke"])
     out = capsys.readouterr().out
     assert out.startswith("device: ")
-    for part in ("(a) host-to-device bandwidth", "(b) per-step hand-off", "(c) CleanRL-style PPO"):
+    for part in ("(a) host-to-device bandwidth", "(b) per-step hand-off", "(c) CleanRL-style PPO", "(d) the hand-off"):
         assert part in out
+    assert out.count("copies 1, events 1, stream ops 5, synchronizations 1") == 2  # (d), both observation shapes
     for method in ("torch.as_tensor(obs).to(dev)", "torch.Tensor(obs).to(dev)", 'device="'):
         assert out.count(method) >= 2  # both observation shapes
     judged = [line.split(":")[0] for line in verdicts]
