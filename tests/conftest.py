@@ -11,6 +11,9 @@ from hypothesis import HealthCheck, Phase, settings
 
 from tests.helpers import descendant_pids, shm_entries
 
+# The default plan's memory of earlier layouts (engine/plan_memory) would tie a test's default pools to earlier runs.
+os.environ.setdefault("SHMVEC_PLAN_CACHE", "off")
+
 # The property tests (test_properties*.py) start pools in every example, so examples are
 # slow: "ci" (the default) keeps their share of a run bounded, "long" explores on demand
 # (SHMVEC_HYPOTHESIS_PROFILE=long).

@@ -37,6 +37,7 @@ class EnvTiming(NamedTuple):
     cpu_share: float  # the part of t_env that is the thread's CPU time (the rest, waiting in syscalls)
     per_step_calls: int = 0  # how many of PER_STEP_CALLS the env has: env_method round trips expected per step
     trains_every_step: bool = False  # it has compute_reward: HER trains on it with a gradient step per env step
+    identity: str = ""  # what the env is, for the plan's memory (plan_memory.env_identity); "" not known
 
 
 def time_env_and_machine(
@@ -52,7 +53,8 @@ def time_env_and_machine(
     stepped with random actions (its action space seeded with 0) in batches of
     :data:`TIMING_BATCH`, each followed by :data:`TIMING_REFERENCE_LOOPS` reference loops,
     and closed (:mod:`~shmvec.engine.timing_run` runs this in a process of its own). The
-    ratio is the median of each batch's against the loops right after it, so slowdowns
+    ratio is the median of each batch's CPU time against the loops' right after it
+    (:func:`estimate`), so slowdowns
     that happen to hit more env batches than loops do not decide it (on a VM
     whose speed varied 2x between processes, 16 timings of Acrobot spread ±6 % where the
     ratio of the two medians spread ±15 %); the scale is the median of the loops. The CPU
@@ -71,32 +73,49 @@ def time_env_and_machine(
         env.reset(seed=0)
         _step_or_reset(env, env.action_space.sample())  # warm-up: first calls allocate
         reference_loop()
-        env_batches: list[float] = []
-        loop_batches: list[float] = []
+        env_cpu: list[float] = []
+        loop_cpu: list[float] = []
         cpu_shares: list[float] = []
         deadline = time.perf_counter() + budget
-        while len(env_batches) * TIMING_BATCH < max_steps:
+        while len(env_cpu) * TIMING_BATCH < max_steps:
             actions = [env.action_space.sample() for _ in range(TIMING_BATCH)]  # drawn untimed
+            # The run queue is read outside the clocks: a preemption on the way into or out of its read
+            # (a system call's return is where one lands) then counts as queued, not as the env's wall time.
+            start_queued = run_queue.wait()
             start, start_cpu = time.perf_counter(), time.thread_time()
-            start_queued = run_queue.wait()  # within the window: a preemption in the read counts on both sides
             for action in actions:
                 _step_or_reset(env, action)
-            queued = run_queue.wait() - start_queued
             wall, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
-            env_batches.append(wall / TIMING_BATCH)
+            queued = run_queue.wait() - start_queued
+            env_cpu.append(cpu / TIMING_BATCH)
             cpu_shares.append(cpu_share(wall, cpu, queued))
-            loop_batches.append(_time_reference_loops())
+            loop_cpu.append(_time_reference_loops())
             if time.perf_counter() > deadline:
                 break
-        loop_time = statistics.median(loop_batches)
-        env_per_loop = statistics.median(e / loop for e, loop in zip(env_batches, loop_batches))
+        t_env, loop_time, share = estimate(env_cpu, loop_cpu, cpu_shares)
         calls = sum(_method(env, name) is not None for name in PER_STEP_CALLS)
         her = _method(env, "compute_reward") is not None
-        share = statistics.median(cpu_shares)
-        return EnvTiming(env_per_loop * loop_time, loop_time / REFERENCE_LOOP_TIME, share, calls, her)
+        return EnvTiming(t_env, loop_time / REFERENCE_LOOP_TIME, share, calls, her)
     finally:
         run_queue.close()
         env.close()
+
+
+def estimate(env_cpu: list[float], loop_cpu: list[float], cpu_shares: list[float]) -> tuple[float, float, float]:
+    """(seconds per step, seconds per :func:`reference_loop`, CPU share) from each batch's CPU time
+    per step, the CPU time per loop timed right after it, and the batch's :func:`cpu_share`.
+
+    CPU time, not wall time: what another process or the hypervisor takes from the timed
+    thread (a preemption, a stolen time slice) counts in neither. A step's wall time is its
+    CPU time over its CPU share (an env that waits on a socket half of its step takes twice
+    its CPU time). On the 2-core VM with the other core and this one's siblings busy, the ratio
+    of wall times over 12 fresh timings of HalfCheetah spread from 4.6 to 12.0, that of CPU
+    times from 4.5 to 5.6.
+    """
+    share = statistics.median(cpu_shares)
+    ratio = statistics.median(e / max(loop, 1e-9) for e, loop in zip(env_cpu, loop_cpu))
+    loop_time = statistics.median(loop_cpu)
+    return ratio / share * loop_time, loop_time, share
 
 
 def cpu_share(wall: float, cpu: float, queued: float) -> float:
@@ -147,17 +166,17 @@ def reference_loop() -> None:
 
 
 def _time_reference_loops() -> float:
-    """Seconds per :func:`reference_loop`, over :data:`TIMING_REFERENCE_LOOPS` calls after an untimed one.
+    """CPU seconds per :func:`reference_loop`, over :data:`TIMING_REFERENCE_LOOPS` calls after an untimed one.
 
     The untimed call is for envs that wait: Python right after a pause runs several times
     slower for a while (caches gone cold; 3-4x after 1 ms on the 2-core VM), which would
     make the machine look that much slower than it is.
     """
     reference_loop()
-    start = time.perf_counter()
+    start = time.thread_time()
     for _ in range(TIMING_REFERENCE_LOOPS):
         reference_loop()
-    return (time.perf_counter() - start) / TIMING_REFERENCE_LOOPS
+    return (time.thread_time() - start) / TIMING_REFERENCE_LOOPS
 
 
 def _step_or_reset(env, action) -> None:

@@ -1,16 +1,12 @@
 """How a pool runs when nobody said: worker count, main shard and wait policy.
 
 ``n_workers=None`` (the default) times the env at start-up
-(:func:`~shmvec.engine.env_timing.time_env_and_machine`: one extra env built from ``env_fns[0]`` in a
+(:func:`~shmvec.engine.env_timing.time_env_and_machine`: one extra env built from ``env_fns[-1]`` in a
 throwaway process, :mod:`~shmvec.engine.timing_run`, a few random steps within ~50 ms, closed again) and
-picks, among
-
-- everything in the main process (``n_workers=0, main_shard=True``),
-- the main process plus ``P - 1`` workers (``main_shard=True``),
-- ``P`` workers (the main process only waits),
-
-for ``P`` up to the usable cores (:mod:`~shmvec.engine.machine`: the affinity set within the
-cgroup CPU quota, SMT siblings counted once), the one the overhead model predicts fastest::
+picks, among everything in the main process (``n_workers=0, main_shard=True``), the main process plus
+``P - 1`` workers (``main_shard=True``) and ``P`` workers (the main process only waits), for ``P`` up to the
+usable cores (:mod:`~shmvec.engine.machine`: the affinity set within the cgroup CPU quota, SMT siblings
+counted once), the one the overhead model predicts fastest::
 
     step time = max(largest shard * t_env + per worker * (P - 2), CPU of all lanes / cores)
                 + wake-up + sync(P) + bookkeeping(N)
@@ -40,8 +36,8 @@ MLP policy) the pool gives torch's threads to the workers' cores (:mod:`~shmvec.
 worker would cost less than this. Calls the caller makes every step are priced from what the env has: an
 ``env_method`` round trip each for ``action_masks`` (MaskablePPO) and ``compute_reward`` (HER), and for the
 latter a gradient step between every two steps (:data:`T_TRAINING_CALLER`). Among the candidates within
-:data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env in the main process.
-
+:data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env in the main process, and a layout
+chosen before on this machine for this env (:mod:`~shmvec.engine.plan_memory`) within its margin of it.
 When the lanes outnumber the cores nobody spins: every wait blocks.
 
 An explicit ``n_workers=K`` is obeyed as given (``main_shard`` only if asked); only the wait policy is chosen.
@@ -53,6 +49,7 @@ process and no env in the main process; ``n_workers=None`` may step envs in the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import resource
@@ -62,6 +59,8 @@ from typing import Any
 
 from shmvec.engine.env_timing import EnvTiming, time_env_and_machine
 from shmvec.engine.machine import available_memory, usable_cpus
+from shmvec.engine.outside_effects import NotTimed
+from shmvec.engine.plan_memory import KEEP_MARGIN, plan_key, recall, remember
 from shmvec.engine.script_check import setup_is_shared
 from shmvec.ipc.signals import MAX_SPIN
 from shmvec.options import PoolOptions
@@ -117,6 +116,7 @@ class Plan:
             their next step while the caller steps in a tight loop (see
             :class:`~shmvec.ipc.protocol.NextWait`); otherwise they spin within ``worker_spin``.
         cpu_share: the part of ``t_env`` that was CPU time (the rest, waiting: see :func:`choose`).
+        scale: how many times slower than the calibration machine this one ran Python, if timed.
     """
 
     n_workers: int
@@ -127,6 +127,7 @@ class Plan:
     t_env: float | None = None
     tight_loop_spin: bool = False
     cpu_share: float = 1.0
+    scale: float | None = None
 
     def constructor_args(self) -> str:
         """The keyword arguments that build this plan explicitly, e.g. ``n_workers=1, main_shard=True``."""
@@ -234,8 +235,10 @@ def choose(
     mix: bool = True,
     calls_per_step: int = 0,
     trains_every_step: bool = False,
+    keep: tuple[int, bool] | None = None,
 ) -> Plan:
-    """The configuration the model predicts fastest, preferring envs out of the main process on near-ties.
+    """The configuration the model predicts fastest, preferring envs out of the main process on near-ties
+    and ``keep`` (``(n_workers, main_shard)`` chosen before) within :data:`~shmvec.engine.plan_memory.KEEP_MARGIN`.
 
     ``scale``: how much slower than the calibration machine this one runs Python (:mod:`~shmvec.engine.env_timing`).
     ``cpu_share``: the share of ``t_env`` that is CPU; under :data:`WAITING_SHARE` the env is
@@ -249,27 +252,24 @@ def choose(
     says so rather than predict a synchronous speed-up.
 
     Example:
-        >>> plan = choose(num_envs=64, cores=2, t_env=8e-6)       # CartPole-like: a main shard pays
-        >>> plan.n_workers, plan.main_shard
-        (1, True)
-        >>> plan = choose(num_envs=8, cores=2, t_env=8e-6)        # ... but not for a few of them
-        >>> plan.n_workers, plan.main_shard
-        (0, True)
-        >>> plan = choose(num_envs=8, cores=2, t_env=1e-3)        # heavy: workers cost nothing extra
-        >>> plan.n_workers, plan.main_shard
-        (2, False)
-        >>> plan = choose(num_envs=2, cores=2, t_env=20e-6, scale=3.0)  # a slow machine: round trips cost more
-        >>> plan.n_workers, plan.main_shard
-        (0, True)
-        >>> plan = choose(num_envs=4, cores=2, t_env=80e-6)        # 4 robot arms: a worker pays...
-        >>> plan.n_workers, plan.main_shard
-        (1, True)
-        >>> plan = choose(num_envs=4, cores=2, t_env=80e-6, calls_per_step=1)  # ... unless HER calls env 0 each step
-        >>> plan.n_workers, plan.main_shard
-        (0, True)
-        >>> plan = choose(num_envs=32, cores=2, t_env=2e-3, cpu_share=0.02, lanes=32)  # envs that wait 2 ms
-        >>> plan.n_workers, plan.main_shard
-        (32, False)
+        >>> choose(num_envs=64, cores=2, t_env=8e-6).constructor_args()  # CartPole-like: a main shard pays
+        'n_workers=1, main_shard=True'
+        >>> choose(num_envs=8, cores=2, t_env=8e-6).constructor_args()  # ... but not for a few of them
+        'n_workers=0, main_shard=True'
+        >>> choose(num_envs=8, cores=2, t_env=1e-3).constructor_args()  # heavy: workers cost nothing extra
+        'n_workers=2'
+        >>> choose(num_envs=2, cores=2, t_env=20e-6, scale=3.0).constructor_args()  # a slow machine: dearer round trips
+        'n_workers=0, main_shard=True'
+        >>> choose(num_envs=4, cores=2, t_env=80e-6).constructor_args()  # 4 robot arms: a worker pays...
+        'n_workers=1, main_shard=True'
+        >>> choose(num_envs=4, cores=2, t_env=80e-6, calls_per_step=1).constructor_args()  # ... unless HER calls env 0
+        'n_workers=0, main_shard=True'
+        >>> choose(num_envs=32, cores=2, t_env=2e-3, cpu_share=0.02, lanes=32).constructor_args()  # envs that wait 2 ms
+        'n_workers=32'
+        >>> choose(num_envs=8, cores=2, t_env=38e-6).constructor_args()  # HalfCheetah-like, 8 of them: a near-tie...
+        'n_workers=1, main_shard=True'
+        >>> choose(num_envs=8, cores=2, t_env=38e-6, keep=(0, True)).constructor_args()  # ... keeps the layout it had
+        'n_workers=0, main_shard=True'
     """
     batched = batch_size is not None and batch_size < num_envs
     if batched and main_shard is None:
@@ -290,16 +290,24 @@ def choose(
     near = [(t, k, main) for t, k, main in timed if best / t >= 1.0 - ISOLATION_TOLERANCE]
     # No env in the main process if that is near the best, then the fastest, then fewest processes.
     step, k, main = min(near, key=lambda c: (c[2], c[0], c[1]))
+    kept = [t for t, *layout in timed if tuple(layout) == keep and t <= step * (1.0 + KEEP_MARGIN)]
+    if kept and keep != (k, main):  # near a point where two layouts cost the same: the timing's noise does not flip it
+        step, (k, main) = kept[0], keep
     serial = predicted(0, True)
     kind = f" ({cpu_share:.0%} CPU: waits)" if waiting else ""
     kind += f", {calls_per_step} env_method call(s) per step" if calls_per_step else ""
     kind += ", trained every step (HER)" if trains_every_step else ""
-    reason = f"auto: {t_env * 1e6:.1f} µs/env step{kind}, {cores} cores, " + (
-        f"async batches of {batch_size}: the workers step one while the caller works on another"
-        if batched
-        else f"predicted {serial / step:.2f}x in-process in a training loop"
+    reason = (
+        f"auto: {t_env * 1e6:.1f} µs/env step{kind}, {cores} cores, "
+        + (
+            f"async batches of {batch_size}: the workers step one while the caller works on another"
+            if batched
+            else f"predicted {serial / step:.2f}x in-process in a training loop"
+        )
+        + (", as chosen before on this machine" if kept else "")
     )
-    return _with_waits(num_envs, cores, t_env, k, main, max_spin, reason, scale, cpu_share)
+    plan = _with_waits(num_envs, cores, t_env, k, main, max_spin, reason, scale, cpu_share)
+    return dataclasses.replace(plan, scale=scale)
 
 
 def explicit(num_envs: int, cores: int, n_workers: int, main_shard: bool, max_spin: float = 200e-6) -> Plan:
@@ -355,16 +363,13 @@ def plan_pool(
     time_env: Callable[[Callable[[], Any]], EnvTiming] = time_env_and_machine,
 ) -> Plan:
     """The plan for a pool of ``env_fns`` with ``options``: :func:`explicit` if ``n_workers`` is
-    set, else timed by ``time_env`` (the pool's times in a throwaway process, see
-    :mod:`~shmvec.engine.timing_run`) and chosen (for async batches of ``batch_size``, if
-    given: see :func:`choose`).
-
-    With ``main_shard`` unset, envs go both to the main process and to workers only where
-    they see one set-up there: under fork, with ``worker_init`` or ``import_main``, or when the
-    main script has nothing workers would miss (:mod:`~shmvec.engine.script_check`).
-
-    If timing fails (``env_fns[0]`` raises), the envs run in one worker per core, so that
-    the start-up reports the error from the worker with its traceback.
+    set, else timed by ``time_env`` (in a throwaway process, :mod:`~shmvec.engine.timing_run`) on the
+    last env's factory (scripts that treat one env apart treat env 0: CleanRL records its episodes),
+    and chosen (:func:`choose`), keeping a layout chosen before near the best (:mod:`~shmvec.engine.plan_memory`).
+    With ``main_shard`` unset, envs go both to the main process and to workers only where they see
+    one set-up there (:func:`~shmvec.engine.script_check.setup_is_shared`). An env that cannot be
+    timed (it raises) or would be seen (rendering to a window, :mod:`~shmvec.engine.outside_effects`)
+    runs in one worker per core: a worker then reports its error with the traceback.
     """
     num_envs, cpus = len(env_fns), usable_cpus()
     cores, main_shard, max_spin = cpus.physical, options.main_shard, options.max_spin
@@ -372,25 +377,18 @@ def plan_pool(
         plan = explicit(num_envs, cores, options.n_workers, bool(main_shard), max_spin)
     else:
         try:
-            timing = time_env(_wrapped(env_fns[0], env_wrapper))
+            timing = time_env(_wrapped(env_fns[-1], env_wrapper))
         except Exception as exc:  # reported again, properly, when a worker builds it
             k = min(num_envs, cores) - bool(main_shard)
-            plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto: timing env 0 failed: {exc}")
+            why = f"not timed, as {exc}" if isinstance(exc, NotTimed) else f"timing env {num_envs - 1} failed: {exc}"
+            plan = Plan(k, bool(main_shard), max_spin, max_spin, f"auto, {why}: one worker per core")
         else:
             mix = main_shard is not None or setup_is_shared(options)
-            plan = choose(
-                num_envs,
-                cores,
-                timing.t_env,
-                main_shard,
-                max_spin,
-                timing.scale,
-                batch_size,
-                timing.cpu_share,
-                mix=mix,
-                calls_per_step=timing.per_step_calls,
-                trains_every_step=timing.trains_every_step,
-            )
+            key = plan_key(timing.identity, num_envs, cpus.why, [main_shard, batch_size, mix, cores])
+            args = (num_envs, cores, timing.t_env, main_shard, max_spin, timing.scale, batch_size, timing.cpu_share)
+            per_step = {"calls_per_step": timing.per_step_calls, "trains_every_step": timing.trains_every_step}
+            plan = choose(*args, mix=mix, keep=recall(key), **per_step)
+            remember(key, plan.n_workers, plan.main_shard)
     logger.info("shmvec pool of %d envs (%s): %s", num_envs, cpus.why, describe_plan(plan))
     return plan
 

@@ -129,13 +129,13 @@ def test_explicit_is_obeyed():
     assert explicit(4, CORES, 1, True).constructor_args() == "n_workers=1, main_shard=True"
 
 
-def test_plan_pool_falls_back_to_workers_when_env0_cannot_be_timed():
+def test_plan_pool_falls_back_to_workers_when_the_env_cannot_be_timed():
     def broken():
         raise RuntimeError("no env here")
 
     plan = autoconfig.plan_pool(PoolOptions(), [broken] * 4)
     assert (plan.n_workers, plan.main_shard) == (min(4, autoconfig.usable_cores()), False)
-    assert "timing env 0 failed: no env here" in plan.reason
+    assert "timing env 3 failed: no env here" in plan.reason
 
 
 def test_time_env_and_machine_measures_and_closes():
@@ -158,7 +158,7 @@ def test_time_env_and_machine_measures_and_closes():
 
 
 class TickClock:
-    """A fake ``time.perf_counter`` that advances one tick per call: 1 ms, or 2 ms while it
+    """A fake ``time.perf_counter`` and ``time.thread_time`` that advances one tick per call: 1 ms, or 2 ms while it
     reads less than ``slowed`` (another process took half the core): every timed interval
     reads one tick."""
 
@@ -173,10 +173,12 @@ class TickClock:
 def test_a_slowdown_over_most_of_the_timing_slows_the_env_and_the_machine_alike(monkeypatch):
     """The plan depends on t_env / scale alone: a slowdown over most of the timing window
     must move both, not the env's time alone (as timing one after the other would)."""
-    monkeypatch.setattr(env_timing.time, "perf_counter", TickClock())
-    t_env, scale, *_ = env_timing.time_env_and_machine(cartpole)
-    monkeypatch.setattr(env_timing.time, "perf_counter", TickClock(slowed=0.8 * env_timing.TIMING_BUDGET))
-    t_slowed, scale_slowed, *_ = env_timing.time_env_and_machine(cartpole)
+    timings = []
+    for clock in (TickClock(), TickClock(slowed=0.95 * env_timing.TIMING_BUDGET)):
+        monkeypatch.setattr(env_timing.time, "perf_counter", clock)  # the deadline's
+        monkeypatch.setattr(env_timing.time, "thread_time", clock)  # the timed batches' and loops'
+        timings.append(env_timing.time_env_and_machine(cartpole))
+    (t_env, scale, *_), (t_slowed, scale_slowed, *_) = timings
     assert t_slowed == pytest.approx(2 * t_env)  # most of the window ran at half speed
     assert t_slowed / scale_slowed == pytest.approx(t_env / scale)
 
@@ -204,6 +206,7 @@ def test_the_ratio_is_taken_batch_by_batch(monkeypatch):
         return (2.0 if slowed else 1.0) * env_timing.REFERENCE_LOOP_TIME
 
     monkeypatch.setattr(env_timing.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(env_timing.time, "thread_time", lambda: now[0])  # the step is all CPU
     monkeypatch.setattr(env_timing, "_time_reference_loops", reference_loops)
     t_env, scale, *_ = env_timing.time_env_and_machine(Clocked, budget=1.0, max_steps=10 * env_timing.TIMING_BATCH)
     assert batch[0] == 10
@@ -388,8 +391,8 @@ def test_a_slower_machine_keeps_few_light_envs_in_process():
 
 
 def test_the_machine_scale_is_the_reference_loops_time_against_the_calibration(monkeypatch):
-    clock = iter(range(0, 10_000, 2))  # every timed stretch takes 2 s on the fake clock
-    monkeypatch.setattr(env_timing.time, "perf_counter", lambda: next(clock))
+    clock = iter(range(0, 10_000, 2))  # every timed stretch takes 2 s of CPU on the fake clock
+    monkeypatch.setattr(env_timing.time, "thread_time", lambda: next(clock))
     t_env, scale, *_ = env_timing.time_env_and_machine(cartpole)
     assert t_env == pytest.approx(2 / env_timing.TIMING_BATCH)
     assert scale == pytest.approx(2 / env_timing.TIMING_REFERENCE_LOOPS / env_timing.REFERENCE_LOOP_TIME)
