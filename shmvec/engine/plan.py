@@ -290,8 +290,8 @@ def choose(
     near = [(t, k, main) for t, k, main in timed if best / t >= 1.0 - ISOLATION_TOLERANCE]
     # No env in the main process if that is near the best, then the fastest, then fewest processes.
     step, k, main = min(near, key=lambda c: (c[2], c[0], c[1]))
-    kept = [t for t, *layout in timed if tuple(layout) == keep and t <= step * (1.0 + KEEP_MARGIN)]
-    if kept and keep != (k, main):  # near a point where two layouts cost the same: the timing's noise does not flip it
+    kept = [t for t, *layout in timed if tuple(layout) == keep != (k, main) and t <= step * (1.0 + KEEP_MARGIN)]
+    if kept:  # near a point where two layouts cost the same: the timing's noise does not flip the choice
         step, (k, main) = kept[0], keep
     serial = predicted(0, True)
     kind = f" ({cpu_share:.0%} CPU: waits)" if waiting else ""

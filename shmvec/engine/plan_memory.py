@@ -57,7 +57,7 @@ def env_identity(env: Any) -> str:
         k: v if isinstance(v, (str, int, float, bool, type(None))) else type(v).__name__ for k, v in kwargs.items()
     }
     chain = [f"{type(layer).__module__}.{type(layer).__qualname__}" for layer in layers(env)]
-    parts = [getattr(spec, "id", None), sorted(simple.items()), chain]
+    parts = [getattr(spec, "id", None), getattr(spec, "max_episode_steps", None), sorted(simple.items()), chain]
     parts += [repr(getattr(env, "observation_space", None)), repr(getattr(env, "action_space", None))]
     return json.dumps(parts, default=repr)
 

@@ -210,3 +210,75 @@ def test_the_timing_process_reports_the_per_step_calls():
     options = PoolOptions()
     timing = timing_run.timer(options.start_method, worker_start(options))(GoalReach)
     assert timing.per_step_calls == 1 and timing.t_env > 0
+
+
+# ==== preemptions, counted by the run queue ========================================================
+
+
+class FakeThread:
+    """Clocks of a timed thread: wall time, its CPU time and its run-queue wait (``RunQueue``'s
+    stand-in), moved by the env's steps and by preemptions."""
+
+    def __init__(self):
+        self.wall = self.cpu = self.queued = 0.0
+
+    def run(self, seconds: float) -> None:
+        self.wall += seconds
+        self.cpu += seconds
+
+    def preempted(self, seconds: float) -> None:
+        self.wall += seconds
+        self.queued += seconds
+
+
+def timed_on(thread: FakeThread, monkeypatch, step, on_read: float = 0.0) -> env_timing.EnvTiming:
+    class Stepped(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            step()
+            return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    class Queue:
+        def wait(self) -> float:
+            thread.preempted(on_read)  # on the read's return: counted in what it reads
+            return thread.queued
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(env_timing, "RunQueue", Queue)
+    monkeypatch.setattr(env_timing.time, "perf_counter", lambda: thread.wall)
+    monkeypatch.setattr(env_timing.time, "thread_time", lambda: thread.cpu)
+    monkeypatch.setattr(env_timing, "_time_reference_loops", lambda: env_timing.REFERENCE_LOOP_TIME)
+    return env_timing.time_env_and_machine(Stepped, budget=10.0, max_steps=10 * env_timing.TIMING_BATCH)
+
+
+def test_a_preemption_as_the_run_queue_is_read_is_not_the_env_waiting(monkeypatch):
+    """A system call's return is where a preemption lands: 10 ms on a run queue at each read of
+    it must not make a CPU-bound env look waiting (it read 0.1 % CPU) nor slower."""
+    thread = FakeThread()
+    timing = timed_on(thread, monkeypatch, lambda: thread.run(10e-6), on_read=10e-3)
+    assert timing.cpu_share == 1.0
+    assert timing.t_env == pytest.approx(10e-6)
+
+
+def test_preemptions_in_most_batches_leave_the_step_time_alone(monkeypatch):
+    """6 batches of 10 lose 1 ms each to another process (the run queue counts it): the median of
+    wall times would have read each step 100 µs slower; CPU times read it as it is."""
+    thread, steps = FakeThread(), [0]
+
+    def step():
+        thread.run(10e-6)
+        steps[0] += 1
+        if steps[0] <= 6 * env_timing.TIMING_BATCH and steps[0] % env_timing.TIMING_BATCH == 5:
+            thread.preempted(1e-3)
+
+    timing = timed_on(thread, monkeypatch, step)
+    assert timing.cpu_share == 1.0
+    assert timing.t_env == pytest.approx(10e-6)
+    assert timing.scale == pytest.approx(1.0)
