@@ -228,7 +228,7 @@ class ErrorReport:
             worker=worker,
             env_index=env_index,
             exc_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
-            message=str(exc),
+            message=_text(exc),
             traceback="".join(traceback.format_exception(exc)),
             exception=shipped,
         )
@@ -243,3 +243,12 @@ class ErrorReport:
             except Exception:
                 pass
         return EnvError(f"{self.exc_type}: {self.message}")
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder where the exception's ``__str__`` raises: the env's error is
+    still reported as itself (the traceback module prints such a one the same way)."""
+    try:
+        return str(exc)
+    except Exception as failure:
+        return f"<str() of the {type(exc).__qualname__} raised {type(failure).__qualname__}>"

@@ -12,6 +12,7 @@ import pytest
 from shmvec.engine.failures import describe_exit, ranges, remote_error
 from shmvec.errors import EnvError, RemoteTraceback
 from shmvec.ipc.protocol import ErrorReport
+from tests.held_call_envs import Unprintable
 
 
 @pytest.mark.parametrize(
@@ -83,3 +84,12 @@ def test_remote_error_of_an_unpicklable_exception_is_an_env_error():
     assert str(exc) == f"{Unpicklable.__module__}.Unpicklable: odd"
     assert "Unpicklable: odd" in exc.__cause__.tb
     assert (exc.env_index, exc.worker_index) == (1, 0)
+
+
+def test_an_exception_whose_str_raises_is_reported_with_a_placeholder():
+    report = captured(Unprintable("the env failed"), worker=0, env_index=2)
+    assert report.message == "<str() of the Unprintable raised RuntimeError>"
+    assert "Unprintable" in report.traceback
+    exc = remote_error(report)
+    assert type(exc) is Unprintable and exc.args == ("the env failed",)  # the env's own, as any other
+    assert (exc.env_index, exc.worker_index) == (2, 0)
