@@ -24,8 +24,9 @@ class PoolOptions:
 
     Args:
         n_workers: worker processes. ``None`` (default): chosen at start-up from the
-            usable cores and the env's step cost, timed on one extra env built in the
-            main process from ``env_fns[0]`` (see :mod:`shmvec.engine.plan`): all envs
+            usable cores and the env's step cost, timed on one extra env built from
+            ``env_fns[0]`` in a throwaway process of its own, never in the main process
+            (:mod:`shmvec.engine.timing_run`; the plan: :mod:`shmvec.engine.plan`): all envs
             in-process, the main process plus workers, or workers only; envs that mostly
             wait (their step is little CPU) get more workers than cores. The choice is
             logged (logger ``"shmvec"``) and shown by ``repr()``. An int gives exactly
@@ -79,7 +80,7 @@ class PoolOptions:
         backend: ``"local"`` (default): the workers run on this machine. ``"ray"``: the
             envs are split into contiguous shards, one per Ray node; on each node one Ray
             actor runs a local pool of ``n_workers`` processes (and reserves ``n_workers``
-            CPUs, 1 if unset). Needs ``pip install 'shmvec[ray]'`` and a Ray cluster
+            CPUs, 1 if unset). Needs Ray (shmvec's ``[ray]`` extra) and a Ray cluster
             (``ray.init(...)`` first, else shmvec connects with ``address="auto"``). A
             node actor that dies raises ``WorkerDiedError`` naming the node, or in
             ``"restart"`` mode is re-created by Ray (its envs report a truncation).

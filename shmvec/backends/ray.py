@@ -51,7 +51,7 @@ try:
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
+    raise ImportError('backend="ray" needs Ray: pip install "ray>=2.60,<2.61" (shmvec\'s [ray] extra)') from exc
 
 from shmvec.backends.ray_batches import RayBatches
 from shmvec.backends.ray_cluster import (

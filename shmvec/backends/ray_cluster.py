@@ -21,7 +21,7 @@ try:
     from ray.util.placement_group import remove_placement_group
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
+    raise ImportError('backend="ray" needs Ray: pip install "ray>=2.60,<2.61" (shmvec\'s [ray] extra)') from exc
 
 from shmvec.backends.ray_node import NodeInfo, Reborn, Rows, unlink_leftovers
 from shmvec.ipc.action_rows import ActionRows

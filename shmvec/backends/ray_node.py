@@ -28,7 +28,7 @@ import numpy as np
 try:
     import ray
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError('backend="ray" needs Ray: pip install "shmvec[ray]"') from exc
+    raise ImportError('backend="ray" needs Ray: pip install "ray>=2.60,<2.61" (shmvec\'s [ray] extra)') from exc
 
 from shmvec.engine.pool import ShmPool
 from shmvec.errors import ShmVecError

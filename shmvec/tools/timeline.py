@@ -119,13 +119,14 @@ def plot_timeline(source: Any, path: str, steps: int = 50) -> Timeline:
     """Write a PNG of the last ``steps`` vector steps to ``path`` (see the module); its data.
 
     ``source``: a ShmPoolVecEnv or ShmVectorEnv, an SB3 ``VecEnvWrapper`` or a Gymnasium vector
-    wrapper around one, or a :class:`Timings` snapshot. Needs matplotlib (``pip install "shmvec[plot]"``).
+    wrapper around one, or a :class:`Timings` snapshot. Needs matplotlib (shmvec's ``[plot]`` extra:
+    ``pip install "matplotlib>=3.7"``).
     """
     try:
         from matplotlib.figure import Figure  # no pyplot: Agg renders the PNG, the caller's backend is left alone
     except ImportError:
         raise ImportError(
-            'plot_timeline needs matplotlib: pip install "shmvec[plot]" (or pip install matplotlib)'
+            'plot_timeline needs matplotlib: pip install "matplotlib>=3.7" (shmvec\'s [plot] extra)'
         ) from None
     data = timeline(source, steps)
     rows = len(data.labels)
