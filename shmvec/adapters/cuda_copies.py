@@ -66,7 +66,7 @@ class CudaCalls:
 
     def on_side(self) -> Any:
         """A context in which the side stream is current: allocations and copies queue there."""
-        return self._side_context or self.torch.cuda.stream(self.side)
+        return self._side_context if self._side_context is not None else self.torch.cuda.stream(self.side)
 
     def to_device(self, source: Any) -> Any:
         """A fresh device buffer, and one copy of ``source`` (host memory) into it, not waited for."""

@@ -60,6 +60,25 @@ def test_cuda_tensors_are_the_callers_and_actions_may_be_cuda_tensors(closing):
         assert_same(_to_cpu(value), snapshot)
 
 
+def test_a_hand_off_leaves_the_callers_device_and_stream_as_they_were(closing):
+    """The side stream is made current for the copies only; the caller's kernels on its own stream see the data."""
+    env = closing(ShmVectorEnv([MIXED] * 4, 2, device="cuda", start_method="fork"))
+    ref = closing(ShmVectorEnv([MIXED] * 4, 2, start_method="fork"))
+    env.reset(seed=0)
+    ref.reset(seed=0)
+    mine = torch.cuda.Stream()
+    with torch.cuda.stream(mine):
+        before = (torch.cuda.current_device(), torch.cuda.current_stream())
+        actions = env.action_space.sample()
+        obs, rewards, *_ = env.step(actions)
+        assert (torch.cuda.current_device(), torch.cuda.current_stream()) == before
+        doubled = rewards * 2  # queued on my stream: after the copy
+    mine.synchronize()
+    want_obs, want_rewards, *_ = ref.step(actions)
+    assert_same(doubled.cpu().numpy(), want_rewards * 2)
+    assert_same(_to_cpu(obs), want_obs)
+
+
 def test_async_batches_on_cuda_match_numpy_batches(closing):
     """One worker: the same batches in both runs, contiguous ones and gathered ones."""
     runs = [

@@ -121,3 +121,32 @@ def batches_counted(env) -> set[bool]:
 
 def _append_recv(env, batches: list) -> None:
     batches.append(env.recv())
+
+
+def test_arrays_anywhere_are_copied_in_one_copy_with_their_values():
+    """Views of a buffer that ends short of a whole item (the span cannot be widened to one), and arrays that own
+    their memory (gathered into pinned memory): one copy each time, and the values of the rows asked for."""
+    calls = StandInCalls(torch)
+    calls.start(None)
+    copies = cuda_copies.CudaCopies(torch, calls, 5)
+    memory = bytearray(109)
+    shared = [
+        np.ndarray((5, 3), np.float32, memory, 0),
+        np.ndarray((5,), np.float64, memory, 64),
+        np.ndarray((5,), np.bool_, memory, 104),
+    ]
+    owned = [np.arange(15, dtype=np.int16).reshape(5, 3), np.arange(5, dtype=np.float64)]
+    rng = np.random.default_rng(0)
+    shared[0][:] = rng.random((5, 3))
+    shared[1][:] = rng.random(5)
+    shared[2][:] = rng.random(5) < 0.5
+    for arrays in (shared, owned):
+        for env_ids in (None, np.array([1, 2, 3]), np.array([4]), np.array([0, 2, 4])):
+            calls.counts.clear()
+            got = copies.copy(arrays, env_ids)
+            assert calls.counts["copies"] == 1
+            for tensor, array in zip(got, arrays):
+                want = array if env_ids is None else array[env_ids]
+                assert tensor.dtype == torch.from_numpy(want).dtype
+                np.testing.assert_array_equal(tensor.numpy(), want)
+            copies.fences.before_write(env_ids)
