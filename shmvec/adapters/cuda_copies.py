@@ -21,9 +21,9 @@ whose rows lie close together share a copy); scattered rows are gathered on the 
 one pinned buffer first (one DMA, not one per row or array). While a batch's copy runs, the
 workers step the envs of other batches: a fence holds back only the rows the batch returns.
 
-The CUDA calls are the small methods of :class:`CudaCalls`, one CUDA call each;
-:mod:`shmvec.tools.cuda_stand_ins` stands in CPU ones that count them, to check and count
-the rest without a GPU.
+The CUDA calls are the small methods of :class:`CudaCalls`, one call each (entering and
+leaving the side stream: two); :mod:`shmvec.tools.cuda_stand_ins` stands in CPU ones that
+count them, to check and count the rest without a GPU.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ _PLANS_KEPT = 256  # plans of row runs kept (a whole step's, and the async batch
 
 
 class CudaCalls:
-    """The CUDA calls of the copies, each a small method that makes one call."""
+    """The CUDA calls of the copies, each a small method that makes one call (torch's, or its allocator's)."""
 
     def __init__(self, torch: Any):
         self.torch = torch
