@@ -8,7 +8,9 @@ Usage (from the repository root)::
 Each pool is built, reset, warmed up and stepped for ``--seconds``; the script prints
 each pool's throughput, the median, and the slowest pool's ratio to the median (the
 target: at least 0.85). A SyncVectorEnv(SAME_STEP) sample is taken before every pool so
-that machine load shows up beside the pool's figure.
+that machine load shows up beside the pool's figure. Its pools are built in one process;
+``bench/stability.py`` builds each default pool in a fresh one and prints what its timing
+measured and the layout it chose.
 """
 
 from __future__ import annotations
