@@ -25,7 +25,7 @@ class PoolOptions:
     Args:
         n_workers: worker processes. ``None`` (default): chosen at start-up from the
             usable cores and the env's step cost, timed on one extra env built from
-            ``env_fns[0]`` in a throwaway process of its own, never in the main process
+            ``env_fns[-1]`` in a throwaway process of its own, never in the main process
             (:mod:`shmvec.engine.timing_run`; the plan: :mod:`shmvec.engine.plan`): all envs
             in-process, the main process plus workers, or workers only; envs that mostly
             wait (their step is little CPU) get more workers than cores. The choice is

@@ -3,7 +3,7 @@ from the legacy global generators (``np.random``, ``random``) in ``reset`` and `
 
 Such envs share one generator per process, so their results equal the references' only if
 the pool builds and steps them in the caller's process, in env order, and nothing else
-draws from those generators first: the default plan times ``env_fns[0]`` in a throwaway
+draws from those generators first: the default plan times ``env_fns[-1]`` in a throwaway
 process (:mod:`shmvec.engine.timing_run`), where it used to build, reset and step one in
 the caller's process (and so moved both generators before the first reset). A few light
 envs stay in the main process on any machine, so ``ShmPoolVecEnv(env_fns)`` equals
