@@ -45,6 +45,8 @@ def cache_file() -> Path | None:
     if value is not None:
         return None if value.strip().lower() in OFF else Path(value).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):  # no home folder: never a "~" folder where the script runs
+        return None
     return Path(base) / "shmvec" / "plans.json"
 
 

@@ -130,3 +130,12 @@ def test_the_timing_process_names_the_env_as_this_process_does():
     assert identity == plan_memory.env_identity(cartpole())  # the same in every fresh process
     assert identity != plan_memory.env_identity(gym.make("CartPole-v1", max_episode_steps=100))
     assert identity != plan_memory.env_identity(gym.make("Acrobot-v1"))
+
+
+def test_no_home_folder_means_no_memory(monkeypatch):
+    monkeypatch.delenv(plan_memory.CACHE_VAR, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(plan_memory.os.path, "expanduser", lambda path: path)  # as with no HOME and no passwd entry
+    assert plan_memory.cache_file() is None
+    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
+    assert str(plan_memory.cache_file()) == "/somewhere/shmvec/plans.json"
