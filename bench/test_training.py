@@ -133,3 +133,24 @@ def test_the_workloads_with_rare_calls_build_the_algorithm_that_makes_them(name)
             assert len(masks) == workload.n_envs and [sum(m) for m in masks] == [20] * workload.n_envs
     finally:
         venv.close()
+
+
+@pytest.mark.smoke
+def test_the_continuous_script_workload_runs_its_script_over_sync_and_shm_only():
+    """cleanrl-halfcheetah: examples/ppo_continuous.py (CleanRL's ppo_continuous_action), no async twin or EnvPool."""
+    from bench.training_jobs import WORKLOADS
+
+    workload = WORKLOADS["cleanrl-halfcheetah"]
+    assert workload.impls == ("sync", "shm") and WORKLOADS["cleanrl-cartpole"].impls[2:] == ("shm-async", "envpool")
+    argv = workload.command("shm", 1.0, "cpu")
+    assert argv[1].endswith("examples/ppo_continuous.py") and argv[argv.index("--vec") + 1] == "shm"
+    assert argv[argv.index("--env-id") + 1] == "HalfCheetah-v5" and argv[argv.index("--num-steps") + 1] == "256"
+    assert WORKLOADS["cleanrl-cartpole"].command("sync", 1.0, "cpu")[1].endswith("examples/ppo_sync.py")
+    with pytest.raises(ValueError, match="shm-async"):
+        workload.command("shm-async", 1.0, "cpu")
+    args = training.parse_args(["--workloads", "cleanrl-halfcheetah", "--impls", "shm,shm-async,envpool"])
+    runs, skipped = training.plan(args)
+    if workload.missing():
+        assert skipped == [workload.missing()] and not runs
+    else:
+        assert [(r.workload, r.impl) for r in runs] == [("cleanrl-halfcheetah", "sync"), ("cleanrl-halfcheetah", "shm")]

@@ -17,7 +17,8 @@ Two kinds of workload:
   ``sync`` (``ppo_sync.py --vec sync``: SyncVectorEnv, the reference), ``shm``
   (``ppo_sync.py --vec shm``: ShmVectorEnv's defaults), ``shm-async``
   (``ppo_async.py``, send/recv in batches of half the envs) and ``envpool``
-  (``ppo_sync.py --vec envpool``).
+  (``ppo_sync.py --vec envpool``). Another script (``ppo_continuous.py``: CleanRL's
+  ``ppo_continuous_action.py`` on MuJoCo) runs ``sync`` and ``shm`` only.
 
 ``envpool`` is optional: without it installed those runs are skipped.
 
@@ -111,24 +112,33 @@ class Sb3Workload:
 
 @dataclass(frozen=True)
 class ScriptWorkload:
-    """``examples/ppo_sync.py`` / ``ppo_async.py`` on ``n_envs`` copies of ``env_id``."""
+    """``examples/<script>`` on ``n_envs`` copies of ``env_id`` (``ppo_sync.py``'s twin ``ppo_async.py`` for
+    ``shm-async``)."""
 
     name: str
     env_id: str
     n_envs: int
     timesteps: int
     num_steps: int = 128
-    impls: ClassVar[tuple[str, ...]] = ("sync", "shm", "shm-async", "envpool")
+    script: str = "ppo_sync.py"  # its --vec sync|shm; ppo_sync.py also envpool
+    requires: tuple[str, ...] = ()  # modules it needs
     reference: ClassVar[str] = "sync"
 
-    def missing(self) -> str | None:
-        return None
+    @property
+    def impls(self) -> tuple[str, ...]:
+        """ppo_sync.py has an async twin and an EnvPool mode; the other scripts have neither."""
+        return ("sync", "shm", "shm-async", "envpool") if self.script == "ppo_sync.py" else ("sync", "shm")
+
+    missing = Sb3Workload.missing  # the same check of `requires`
 
     def describe(self) -> str:
-        return (
-            f"CleanRL-style PPO script, {self.env_id}, {self.n_envs} envs, {self.timesteps:,} steps, "
-            f"num-steps {self.num_steps}; shm-async: {2 * self.n_envs} envs in batches of {self.n_envs} "
-            f"(the same batch per policy call and steps per rollout; Sample Factory's double buffering)"
+        script = "" if self.script == "ppo_sync.py" else f" examples/{self.script}"
+        head = f"CleanRL-style PPO script{script}, {self.env_id}, {self.n_envs} envs, {self.timesteps:,} steps"
+        return f"{head}, num-steps {self.num_steps}" + (
+            f"; shm-async: {2 * self.n_envs} envs in batches of {self.n_envs} (the same batch per policy call "
+            "and steps per rollout; Sample Factory's double buffering)"
+            if "shm-async" in self.impls
+            else ""
         )
 
     def command(self, impl: str, scale: float, device: str) -> list[str]:
@@ -152,9 +162,11 @@ class ScriptWorkload:
             "1",
             "--json",
         ]
+        if impl not in self.impls:
+            raise ValueError(f"{self.name} has no implementation {impl!r} (choose from {self.impls})")
         if impl == "shm-async":
             return [sys.executable, os.path.join(EXAMPLES, "ppo_async.py"), *common, "--batch-size", str(self.n_envs)]
-        return [sys.executable, os.path.join(EXAMPLES, "ppo_sync.py"), *common, "--vec", impl]
+        return [sys.executable, os.path.join(EXAMPLES, self.script), *common, "--vec", impl]
 
 
 WORKLOADS: dict[str, Sb3Workload | ScriptWorkload] = {
@@ -221,6 +233,8 @@ WORKLOADS: dict[str, Sb3Workload | ScriptWorkload] = {
         ),
         ScriptWorkload("cleanrl-cartpole", "CartPole-v1", 8, 40_960),
         ScriptWorkload("cleanrl-acrobot", "Acrobot-v1", 8, 40_960),
+        # CleanRL's ppo_continuous_action.py: 12 rollouts of 8 x 256 steps, each trained 10 epochs x 32 minibatches
+        ScriptWorkload("cleanrl-halfcheetah", "HalfCheetah-v5", 8, 24_576, 256, "ppo_continuous.py", ("mujoco",)),
     ]
 }
 IMPLS = tuple(dict.fromkeys(i for w in WORKLOADS.values() for i in w.impls))

@@ -1,5 +1,6 @@
 """What ppo_sync.py and ppo_async.py share: arguments, the vector env, the network, GAE along
 one time axis, the PPO update, episode returns and the phase timer. CleanRL's ppo.py, condensed.
+ppo_continuous.py takes all of it but the network and the env maker.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from shmvec import ShmVectorEnv
 TRAINED = ("obs", "actions", "logprobs", "values", "advantages")  # what the update needs of each transition
 
 
-def parse_args(async_batches: bool) -> argparse.Namespace:
+def parse_args(
+    async_batches: bool, defaults: dict | None = None, vecs: tuple[str, ...] = ("shm", "sync", "envpool")
+) -> argparse.Namespace:
+    """The scripts' command line; ``defaults`` replaces some defaults, ``vecs`` are the ``--vec`` choices."""
     p = argparse.ArgumentParser()
     p.add_argument("--env-id", default="CartPole-v1")
     p.add_argument("--total-timesteps", type=int, default=50_000)
@@ -30,7 +34,7 @@ def parse_args(async_batches: bool) -> argparse.Namespace:
     else:
         p.add_argument(
             "--vec",
-            choices=("shm", "sync", "envpool"),
+            choices=vecs,
             default="shm",
             help="shm: shmvec's ShmVectorEnv; sync: Gymnasium's SyncVectorEnv (the reference); "
             "envpool: EnvPool's own env (needs envpool)",
@@ -48,6 +52,7 @@ def parse_args(async_batches: bool) -> argparse.Namespace:
     p.add_argument("--vf-coef", type=float, default=0.5)
     p.add_argument("--max-grad-norm", type=float, default=0.5)
     p.add_argument("--json", action="store_true", help="print the timing as one JSON line instead of the TIMING line")
+    p.set_defaults(**(defaults or {}))
     args = p.parse_args()
     args.rollout_size = args.num_envs * args.num_steps
     args.num_iterations = args.total_timesteps // args.rollout_size
@@ -63,19 +68,21 @@ def make_env_fns(args: argparse.Namespace) -> list:
     return [lambda: gym.make(args.env_id)] * args.num_envs
 
 
-def make_vector_env(args: argparse.Namespace, **options) -> gym.vector.VectorEnv:
-    """``args.vec``'s vector env over ``args.num_envs`` envs, autoreset NEXT_STEP (every one's default).
+def make_vector_env(args: argparse.Namespace, env_fns: list | None = None, **options) -> gym.vector.VectorEnv:
+    """``args.vec``'s vector env over ``env_fns`` (default ``args.num_envs`` plain ``gym.make``),
+    autoreset NEXT_STEP (every one's default).
 
     ``options`` (e.g. ``batch_size``) go to ShmVectorEnv; the others take none.
     """
     vec = getattr(args, "vec", "shm")
+    env_fns = make_env_fns(args) if env_fns is None else env_fns
     if vec == "sync":
-        return gym.vector.SyncVectorEnv(make_env_fns(args), autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+        return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     if vec == "envpool":
         import envpool  # optional
 
         return envpool.make_gymnasium(args.env_id, num_envs=args.num_envs, seed=args.seed)
-    return ShmVectorEnv(make_env_fns(args), n_workers=args.n_workers, **options)
+    return ShmVectorEnv(env_fns, n_workers=args.n_workers, **options)
 
 
 def layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
@@ -160,6 +167,11 @@ class Episodes:
         for i in env_ids[ended]:
             self.recent.append(self.running[i])
             self.running[i] = 0.0
+
+    def record(self, returns) -> None:
+        """Returns summed elsewhere (RecordEpisodeStatistics' ``info["episode"]["r"]``: the env's own rewards
+        where wrappers above it normalize them)."""
+        self.recent.extend(float(r) for r in returns)
 
     def report(self, global_step: int) -> None:
         if self.recent:
