@@ -26,7 +26,7 @@ from shmvec.engine.rare_calls import Requests
 from shmvec.engine.restart import Restart, Restarter
 from shmvec.engine.shard import EnvFailed, Shard, with_shm_finals
 from shmvec.ipc import layout as lay
-from shmvec.ipc.interrupts import holding, raise_held
+from shmvec.ipc.interrupts import holding, let_through, raise_held
 from shmvec.ipc.pickled import PickledLeaves
 from shmvec.ipc.protocol import ErrorReport, Reset, StepInfo
 from shmvec.ipc.signals import Signal
@@ -45,6 +45,7 @@ class ScheduleHost(Protocol):
     def message_from(self, link: WorkerLink, timeout: float | None = None, send_reply: bool = False) -> Any: ...
     def check_alive(self, link: WorkerLink) -> Restart | None: ...
     def time_out(self, silent: list[int], timeout: float | None) -> NoReturn: ...
+    def break_on_interrupt(self, what: str) -> None: ...
 
 
 class AsyncSchedule(EnvStates):
@@ -140,11 +141,14 @@ class AsyncSchedule(EnvStates):
     def _step_main(self, ids: list[int]) -> None:
         main = self.main
         for i in ids:
-            try:
-                record = main.step_env(i - main.start, main.read_action(i))
+            try:  # a Ctrl-C raises in the env (interrupts.let_through)
+                record = let_through(main.step_env, i - main.start, main.read_action(i))
             except EnvFailed as failure:
                 self.state[i] = HELD
                 raise main_shard_error(failure) from None
+            except KeyboardInterrupt:  # env i stopped mid-step, the envs after it never stepped
+                self.pool.break_on_interrupt(f"the step of env {i} in the main process during send()")
+                raise
             if main.pickled_out:  # observation leaves with no fixed size go with the record, as a worker's do
                 record = (record or StepInfo(i, {}))._replace(pickled_obs=main.pickled_out.pop(i))
             if record is not None:

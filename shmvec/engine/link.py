@@ -149,20 +149,21 @@ class WorkerLink:
             return message
         return NOTHING
 
-    def send(self, blob: bytes) -> None:
+    def send(self, blob: bytes, write_large: Any = None) -> None:
         """Post a rare (pickled) request.
 
         One that fits the socket's buffer is written before its post: the worker, once it has
         taken the post, reads it at once instead of blocking on the read until it comes (a second
         wake-up, ~30 µs). Nothing else is in that buffer: a worker reads each message as it takes
-        its post. A larger one is written after the post, so that it cannot block on a full buffer.
+        its post. A larger one is written after the post, so that it cannot block on a full buffer,
+        by ``write_large(blob)`` if given (the pool's, which reads the worker's replies meanwhile).
         """
         if len(blob) <= self._write_first:
             self.conn.send_bytes(blob)
             self.post(_COMMAND_MESSAGE)
         else:
             self.post(_COMMAND_MESSAGE)
-            self.conn.send_bytes(blob)
+            (write_large or self.conn.send_bytes)(blob)
 
     # -- failures --------------------------------------------------------------------
 

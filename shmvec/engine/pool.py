@@ -299,8 +299,8 @@ class ShmPool(WorkerWaits, EngineBase):
         main_infos, main_failure, clock = [], None, self.clock
         started = time.perf_counter()
         if self.main is not None:  # step ours while the workers step theirs
-            try:
-                main_infos = self.main.step(self.main.read_actions(self.pickled.main_actions))
+            try:  # a Ctrl-C raises in the envs (interrupts.env_code); the workers' answers stay owed
+                main_infos = interrupts.env_code(self.main.step, self.main.read_actions(self.pickled.main_actions))
             except EnvFailed as failure:
                 main_failure = failure
             clock.stepped(time.perf_counter() - started)

@@ -14,6 +14,7 @@ command as it did after the step before (:func:`shmvec.engine.worker._serve`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Protocol
 
@@ -22,7 +23,8 @@ from shmvec.engine.link import WorkerLink
 from shmvec.engine.plan import usable_cores
 from shmvec.engine.restart import Restart
 from shmvec.engine.shard import EnvFailed, Shard
-from shmvec.ipc.interrupts import holding
+from shmvec.errors import ShmVecError
+from shmvec.ipc.interrupts import env_code, holding
 from shmvec.ipc.pickled import PickledLeaves
 from shmvec.ipc.protocol import Reset, RunOps
 from shmvec.ipc.wire import to_worker
@@ -41,6 +43,8 @@ class RequestsHost(Protocol):
     def collect(self, links: Sequence[WorkerLink], timeout: float | None = None, **kwargs: Any) -> list[Any]: ...
     def blame_dead(self, link: WorkerLink) -> Restart | None: ...
     def break_for(self, reason: str) -> NoReturn: ...
+    def break_on_interrupt(self, what: str) -> None: ...
+    def write_request(self, link: WorkerLink, blob: bytes) -> None: ...
 
 
 class Requests:
@@ -88,9 +92,11 @@ class Requests:
         self._spin = self.reply_spin(len(self._links), beside_sends)
         pool.pending = "request"
         for link in self._links:
-            try:
-                link.send(blobs[link.index])
-            except OSError as exc:
+            try:  # a large request is written while the worker's replies to async sends are read
+                link.send(blobs[link.index], functools.partial(pool.write_request, link))
+            except ShmVecError:  # the write's own verdict (StepTimeoutError is an OSError too)
+                raise
+            except (EOFError, OSError) as exc:
                 restart = pool.blame_dead(link)  # a dead worker's pipe: say which worker died, and how
                 if restart is not None:  # restarts happen in steps only
                     pool.break_for(restart.death)
@@ -110,11 +116,15 @@ class Requests:
         merged: dict[int, Any] = {}
         main_failure = None
         if self._main_part is not None:
-            try:
-                merged.update(self.main.handle(self._main_part))
+            part, self._main_part = self._main_part, None
+            try:  # a Ctrl-C raises in the main shard's envs; the workers' replies stay owed (settle absorbs them)
+                merged.update(env_code(self.main.handle, part))
             except EnvFailed as failure:
                 main_failure = failure
-            self._main_part = None
+            except KeyboardInterrupt:
+                if not resumable:  # an async reset: its envs would never come back
+                    self.pool.break_on_interrupt("an async reset of envs of the main process")
+                raise
         for reply in self.pool.collect(self._links, timeout, resumable=resumable, spin=self._spin):
             merged.update(reply)
         if main_failure is not None:

@@ -10,6 +10,10 @@ owed is still counted as owed (:meth:`WorkerWaits.collect`)."""
 
 from __future__ import annotations
 
+import os
+import select
+import socket
+import struct
 import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -89,8 +93,12 @@ class WorkerWaits(Breakable):
     def _interrupted(self, resumable: bool) -> None:
         """Raise the KeyboardInterrupt held during the call; break the pool first unless the wait is resumable."""
         if not resumable:
-            self._broken = "a KeyboardInterrupt stopped a wait that cannot resume (an async reset, or a restart)"
+            self.break_on_interrupt("a wait that cannot resume (an async reset, or a restart)")
         raise_held()
+
+    def break_on_interrupt(self, what: str) -> None:
+        """A KeyboardInterrupt stopped ``what``, which cannot resume: the pool is unusable (its next call says so)."""
+        self._broken = f"a KeyboardInterrupt stopped {what}"
 
     def deadline(self, timeout: float | None) -> float | None:
         timeout = self.timeout if timeout is None else timeout
@@ -158,6 +166,43 @@ class WorkerWaits(Breakable):
         """Make the pool unusable for ``reason`` and raise ``error`` (by default, a worker died
         where it cannot be restarted: WorkerDiedError)."""
         self._break(reason, error)
+
+    def write_request(self, link: WorkerLink, blob: bytes) -> None:
+        """Write a request too large for the socket's buffer to ``link`` (posted already), as its pipe frames it.
+
+        Its worker may be writing its async sends' replies first (more than the other buffer
+        holds): each side would wait for the other. So the write never blocks: it reads
+        whatever the worker sends meanwhile (kept for :meth:`~WorkerLink.recv`), and each slice
+        without progress checks the deadline, every worker's liveness and a held Ctrl-C. A
+        request left half written breaks the pool.
+        """
+        n = len(blob)
+        header = struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!iQ", -1, n)  # Connection.send_bytes'
+        deadline = self.deadline(None)
+        with socket.socket(fileno=os.dup(link.conn.fileno())) as sock:  # its own flags: recv stays blocking
+            ready = select.poll()
+            ready.register(sock, select.POLLIN | select.POLLOUT)
+            for part in (memoryview(header), memoryview(blob)):
+                while part:
+                    try:
+                        part = part[sock.send(part, socket.MSG_DONTWAIT) :]
+                        continue
+                    except BlockingIOError:
+                        pass
+                    events = ready.poll(LIVENESS_INTERVAL * 1000.0)
+                    if any(event & select.POLLIN for _, event in events) and link.recv(0.0) is not NOTHING:
+                        self.break_for(f"worker {link.index} answered a request it had not read", ShmVecError)
+                    if not events:
+                        self._write_stalled(link, deadline)
+
+    def _write_stalled(self, link: WorkerLink, deadline: float | None) -> None:
+        """A slice of :meth:`write_request` without progress: raise a held Ctrl-C, a death or the deadline."""
+        if held():
+            self.break_on_interrupt(f"a request half written to worker {link.index}")
+            raise_held()
+        restart = self.check_alive(link, deadline)
+        if restart is not None:
+            self.break_for(restart.death)
 
     def blame_dead(self, link: WorkerLink) -> Restart | None:
         """The link's pipe broke: it is exiting. Raise what killed it once the exit is visible

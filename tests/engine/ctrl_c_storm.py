@@ -1,8 +1,9 @@
 """A Ctrl-C storm, run as a script by tests/engine/test_interrupts.py: ``python ctrl_c_storm.py N_WORKERS MODE HELPER``.
 
 Another process sends SIGINT every 0.1-1 ms to this one, which steps 12 CartPoles (``MODE``:
-``sync`` steps or ``async`` send/recv of every env of a ShmVectorEnv; ``engine``: the ShmPool
-under it, driven directly; ``sb3``: a ShmPoolVecEnv, compared with SB3's ``DummyVecEnv``)
+``sync`` steps or ``async`` send/recv of every env of a ShmVectorEnv; ``main``: sync steps with
+a shard in the main process too; ``engine``: the ShmPool under it, driven directly; ``sb3``: a
+ShmPoolVecEnv, compared with SB3's ``DummyVecEnv``)
 with ``N_WORKERS`` workers, with an idle helper thread (``HELPER`` 1) or without. After each
 KeyboardInterrupt it steps on, comparing every step that returned with the reference; then,
 the storm over, 50 quiet steps. It prints what it counted as one JSON line. A script apart
@@ -202,8 +203,9 @@ def storm(n_workers: int, mode: str, helper: bool) -> dict:
         from shmvec import ShmPoolVecEnv
 
         env = ShmPoolVecEnv([cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0)
-    else:
-        env = ShmVectorEnv([cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0)
+    else:  # "main": the main process steps a shard too, where a Ctrl-C raises in the envs' own code
+        main_shard = True if mode == "main" else None
+        env = ShmVectorEnv([cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0, main_shard=main_shard)
     stop_at = time.monotonic() + STORM_SECONDS  # the sender stops itself: the storm's end is quiet
     sender = subprocess.Popen([sys.executable, "-c", SENDER, str(os.getpid()), repr(stop_at)], stdin=subprocess.PIPE)
     run = Storm(env, mode, sender)

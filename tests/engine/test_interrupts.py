@@ -2,9 +2,10 @@
 
 - A storm (``ctrl_c_storm.py``): another process sends SIGINT every 0.1-1 ms to a process
   that steps 12 CartPoles with 4 workers (the main process posts each) and 12 (a step tree):
-  sync and async batches of a ShmVectorEnv, and the ShmPool under it (as SB3's adapter drives
-  it), with an idle helper thread (the kernel may deliver SIGINT to it: what
-  ``pthread_sigmask`` could not cover) and without. After each KeyboardInterrupt it steps on,
+  sync and async batches of a ShmVectorEnv, sync steps with a main shard (where a Ctrl-C
+  raises in the envs' code), and the ShmPool under it (as SB3's adapter drives it), with an
+  idle helper thread (the kernel may deliver SIGINT to it: what ``pthread_sigmask`` could not
+  cover) and without. After each KeyboardInterrupt it steps on,
   comparing every step that returned with ``SyncVectorEnv`` (re-synchronized by a seeded
   reset after each interrupt: an interrupted step may or may not have run). Each storm runs
   in its own process, so that a hang (a watchdog: the subprocess timeout) or an interrupt
@@ -48,8 +49,8 @@ def run_storm(n_workers: int, mode: str, helper: bool) -> dict:
 @pytest.mark.parametrize(
     "n_workers, mode, helper",
     [(4, "sync", True), (12, "sync", True), (4, "async", True), (12, "async", True), (4, "engine", False)]
-    + [(12, "engine", True), (12, "sb3", True)],
-    ids=lambda value: {4: "flat", 12: "tree", True: "thread", False: "no-thread"}.get(value, value),
+    + [(12, "engine", True), (12, "sb3", True), (2, "main", True)],
+    ids=lambda value: {2: "two", 4: "flat", 12: "tree", True: "thread", False: "no-thread"}.get(value, value),
 )
 def test_a_ctrl_c_storm_leaves_every_step_right_and_sigint_as_it_was(n_workers, mode, helper):
     if mode == "sb3":
