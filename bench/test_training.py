@@ -148,7 +148,9 @@ def test_the_continuous_script_workload_runs_its_script_over_sync_and_shm_only()
     assert WORKLOADS["cleanrl-cartpole"].command("sync", 1.0, "cpu")[1].endswith("examples/ppo_sync.py")
     with pytest.raises(ValueError, match="shm-async"):
         workload.command("shm-async", 1.0, "cpu")
-    args = training.parse_args(["--workloads", "cleanrl-halfcheetah", "--impls", "shm,shm-async,envpool"])
+    args = training.parse_args(
+        ["--workloads", "cleanrl-halfcheetah", "--impls", "shm,shm-async,envpool", "--repeats", "1"]
+    )
     runs, skipped = training.plan(args)
     if workload.missing():
         assert skipped == [workload.missing()] and not runs
