@@ -19,6 +19,11 @@ from torch.distributions import Categorical
 from shmvec import ShmVectorEnv
 
 TRAINED = ("obs", "actions", "logprobs", "values", "advantages")  # what the update needs of each transition
+VEC_HELP = {
+    "shm": "shm: shmvec's ShmVectorEnv",
+    "sync": "sync: Gymnasium's SyncVectorEnv (the reference)",
+    "envpool": "envpool: EnvPool's own env (needs envpool)",
+}
 
 
 def parse_args(
@@ -36,8 +41,7 @@ def parse_args(
             "--vec",
             choices=vecs,
             default="shm",
-            help="shm: shmvec's ShmVectorEnv; sync: Gymnasium's SyncVectorEnv (the reference); "
-            "envpool: EnvPool's own env (needs envpool)",
+            help="; ".join(VEC_HELP[vec] for vec in vecs),
         )
     p.add_argument("--n-workers", type=int, default=None, help="ShmVectorEnv's n_workers (default: its own choice)")
     p.add_argument("--seed", type=int, default=1)
