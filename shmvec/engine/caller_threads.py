@@ -17,12 +17,20 @@ update of RL's usual sizes gains nothing from a second thread on 2 cores (measur
 PPO on Humanoid, CleanRL-style PPO on CartPole); ``torch_threads="unchanged"`` keeps
 torch's threads as they are.
 
-Only the count of the thread that steps is changed (torch's count is per thread); torch
-is looked up when the caller steps, never imported.
+Only the count of the thread that steps is changed. torch's count is per thread, but
+``torch.set_num_threads`` also sets the count that threads get when they first use torch
+(a process-wide default): the pool puts that default back at once (read and written in a
+short-lived thread of its own), so other threads, and threads started later, never see the
+reduced count. ``close()`` in the thread that stepped gives it its count back; a ``close()``
+in another thread (a ``finally:`` block, a finalizer) cannot change a count that is not its
+own, so the thread that stepped gets it back at its next step or call into a vector env (the
+closed one raises ``ClosedEnvError``), or at its next garbage collection (a training step
+allocates), whichever comes first. torch is looked up when the caller steps, never imported.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 import threading
@@ -30,6 +38,7 @@ import time
 from typing import Literal
 
 from shmvec.engine.omp_spin import ShortSpin
+from shmvec.ipc import interrupts
 
 logger = logging.getLogger("shmvec")
 
@@ -60,12 +69,14 @@ class CallerThreads:
         self._read_cpu = False
         self._cpu_samples: list[float] = []  # its CPU time before each step of this window
         self._samples: list[float] = []  # the caller's compute (wall time) before each step of this window
-        self._saved: tuple[int, int, int] | None = None  # (count before, count set, thread id) while reduced
+        self._saved: tuple[int, int, threading.Thread] | None = None  # (count before, count set, thread) while reduced
 
     def step(self) -> None:
         """The caller asks for a step: note its compute since the last return; every
         :data:`WINDOW` steps, set torch's thread count by their median (wall time), and
         judge the short spin by the median of the caller's own CPU time between steps."""
+        if _owed:  # a pool that another thread closed owes this one its count (see the module doc)
+            settle_owed()
         spin = self.short_spin
         if spin is not None:
             # A short gap is light whatever it did; only a long one needs the CPU clock, a system
@@ -99,7 +110,7 @@ class CallerThreads:
         if self._saved is None:
             if caller_time < LIGHT:
                 self._reduce()
-        elif caller_time > HEAVY and threading.get_ident() == self._saved[2]:
+        elif caller_time > HEAVY and threading.current_thread() is self._saved[2]:
             self._restore()
 
     def returned(self) -> None:
@@ -110,9 +121,14 @@ class CallerThreads:
             self._returned_cpu = time.thread_time() if self._read_cpu else None
 
     def release(self) -> None:
-        """Put torch's thread count back (if this thread set it) and end the short spins."""
+        """Put torch's thread count back (in the thread that stepped: now if it is this one, else
+        owed to it, see the module doc) and end the short spins."""
         if self._saved is not None:
-            self._restore()
+            before, count, thread = self._saved
+            if thread is threading.current_thread():
+                self._restore()
+            elif thread.is_alive():  # its count died with it otherwise
+                _owe(thread, before, count)
         self._saved = None
         self.collect_threads = None  # no more changes
         if self.short_spin is not None:
@@ -125,8 +141,8 @@ class CallerThreads:
         before = torch.get_num_threads()
         if before == self.collect_threads or (before < self.collect_threads and not self.fixed):
             return  # "auto" never adds threads
-        torch.set_num_threads(self.collect_threads)
-        self._saved = (before, self.collect_threads, threading.get_ident())
+        _set_here(torch, self.collect_threads)
+        self._saved = (before, self.collect_threads, threading.current_thread())
         logger.info(
             "shmvec: torch runs %d thread(s) instead of %d while the caller steps the pool (%s)",
             self.collect_threads,
@@ -135,19 +151,68 @@ class CallerThreads:
         )
 
     def _restore(self) -> None:
-        before, count, thread = self._saved
-        torch = sys.modules.get("torch")
-        if threading.get_ident() != thread:
-            logger.info("shmvec: torch keeps %d thread(s) in the thread that stepped: set there, not here", count)
-            return
+        before, count, _ = self._saved
         self._saved = None
-        if torch is not None and torch.get_num_threads() == count:  # else the caller set its own since
-            torch.set_num_threads(before)
-            logger.info("shmvec: torch runs %d thread(s) again", before)
+        _put_back(before, count)
 
     def description(self) -> str:
         """What ``repr`` of a pool shows as ``torch_threads``."""
         return self.why
+
+
+def _put_back(before: int, count: int) -> None:
+    """This thread's torch count back to ``before``, unless the caller set one of its own since ``count``."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() == count:
+        _set_here(torch, before)
+        logger.info("shmvec: torch runs %d thread(s) again", before)
+
+
+def _set_here(torch, count: int) -> None:
+    """``torch.set_num_threads(count)`` in this thread only: the default it also sets for threads that
+    first use torch later is read before and written back after, each in a short-lived thread."""
+    default = _in_a_new_thread(torch.get_num_threads)  # what such a thread gets now
+    torch.set_num_threads(count)
+    if default != count:
+        _in_a_new_thread(torch.set_num_threads, default)
+
+
+def _in_a_new_thread(fn, *args):
+    result = []
+    thread = threading.Thread(target=lambda: result.append(fn(*args)), name="shmvec-torch-default")
+    thread.start()
+    thread.join()
+    return result[0]
+
+
+# Threads that stepped a pool that another thread closed: (their count before, the count set).
+_owed: dict[threading.Thread, tuple[int, int]] = {}
+
+
+def _owe(thread: threading.Thread, before: int, count: int) -> None:
+    if _collected not in gc.callbacks:
+        gc.callbacks.append(_collected)
+    _owed[thread] = (before, count)
+    logger.info("shmvec: torch runs %d thread(s) again in %r at its next step or call into an env", before, thread)
+
+
+def settle_owed() -> None:
+    """Give this thread back the torch count a pool set in it, if another thread closed that pool since."""
+    if _owed:
+        counts = _owed.pop(threading.current_thread(), None)
+        if counts is not None:
+            _put_back(*counts)
+
+
+def _collected(phase: str, info: dict) -> None:
+    """At a garbage collection (in the thread that triggered it): settle that thread's count; forget ended threads."""
+    if _owed and phase == "start":
+        settle_owed()
+        for thread in [thread for thread in _owed if not thread.is_alive()]:
+            del _owed[thread]
+
+
+interrupts.on_closed(settle_owed)  # a thread that finds its env closed gets its count back there
 
 
 def caller_threads_for_pool(

@@ -67,12 +67,15 @@ from collections.abc import Callable
 from threading import get_ident, main_thread
 from typing import Any, TypeVar
 
+from shmvec.errors import ClosedEnvError
+
 _SIGINT = int(signal.SIGINT)
 _DEFAULT = signal.default_int_handler
 _getsignal, _setsignal = _signal.getsignal, _signal.signal
 _held = False  # a SIGINT arrived during the current call
 _holder: int | None = None  # the thread of the call that holds SIGINT (the main thread), while it runs
 _through = False  # the holder runs env code (env_code): a SIGINT raises there at once
+_closed_hooks: list[Callable[[], None]] = []  # see on_closed
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
@@ -92,13 +95,17 @@ def holding(method: F) -> F:
     def call(*args: Any, **kwargs: Any) -> Any:
         global _held, _holder, _through
         handler = _getsignal(_SIGINT)
-        if handler is not _DEFAULT and (handler is not _hold or _holder is not None):
-            if _through and _holder == get_ident():  # a pool call from env code that a held call runs
-                return _from_env_code(method, args, kwargs)
-            return method(*args, **kwargs)  # nested (ours is in), another handler, or none
-        thread = get_ident()
-        if thread != main_thread().ident:  # no handler runs in this thread
-            return method(*args, **kwargs)
+        try:  # (zero-cost until raised)
+            if handler is not _DEFAULT and (handler is not _hold or _holder is not None):
+                if _through and _holder == get_ident():  # a pool call from env code that a held call runs
+                    return _from_env_code(method, args, kwargs)
+                return method(*args, **kwargs)  # nested (ours is in), another handler, or none
+            thread = get_ident()
+            if thread != main_thread().ident:  # no handler runs in this thread
+                return method(*args, **kwargs)
+        except ClosedEnvError:
+            _closed_here()
+            raise
         _held, _holder, _through = False, thread, False  # before the swap: a signal right after it is held
         try:
             try:
@@ -107,6 +114,9 @@ def holding(method: F) -> F:
                 _holder = None
                 return method(*args, **kwargs)
             return method(*args, **kwargs)
+        except ClosedEnvError:
+            _closed_here()
+            raise
         finally:
             _through = False
             _holder = None  # from here _hold raises, as the default would (a SIGINT pending at the swap too)
@@ -126,6 +136,18 @@ def holding(method: F) -> F:
                 raise raised
 
     return call  # type: ignore[return-value]
+
+
+def on_closed(hook: Callable[[], None]) -> None:
+    """Have ``hook()`` run in a thread whose call raises :class:`~shmvec.errors.ClosedEnvError` (an env
+    that another thread closed: :mod:`~shmvec.engine.caller_threads` gives the thread back what it
+    set there). Every public call of the adapters, and every call into a pool, is a held call."""
+    _closed_hooks.append(hook)
+
+
+def _closed_here() -> None:
+    for hook in _closed_hooks:
+        hook()
 
 
 def _swap_back() -> None:

@@ -1,8 +1,10 @@
 """torch's thread count while the caller steps a pool: fewer while its compute between steps
-is light, back when it turns heavy and at ``close()``; an explicit count and "unchanged" obeyed."""
+is light, back when it turns heavy and at ``close()`` (in every thread, wherever it is called);
+an explicit count and "unchanged" obeyed."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -10,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from shmvec import ShmPoolVecEnv, ShmVectorEnv
+from shmvec import ClosedEnvError, ShmPoolVecEnv, ShmVectorEnv
 from shmvec.engine.caller_threads import HEAVY, LIGHT, WINDOW, CallerThreads
 from tests.envs import cartpole
 
@@ -140,6 +142,72 @@ def test_only_the_thread_that_stepped_gets_its_count_back():
     thread.join()
     assert seen == {"during": 1, "after": 2}
     assert torch.get_num_threads() == before  # this thread's count was never touched
+
+
+def in_a_new_thread(fn):
+    result = []
+    thread = threading.Thread(target=lambda: result.append(fn()))
+    thread.start()
+    thread.join()
+    return result[0]
+
+
+@pytest.mark.parametrize("make", [ShmPoolVecEnv, ShmVectorEnv])
+def test_a_close_from_another_thread_leaves_every_thread_as_it_was(two_torch_threads, make):
+    """A training thread steps (its count goes down); the main thread closes the env (a ``finally:``
+    block) while the training thread computes; the training thread's next step finds the env closed.
+    Then the training thread, this one and threads started later (also while the pool runs) see
+    their counts of before."""
+    env = make([cartpole] * 4, n_workers=2, start_method="fork")
+    seen, stepped, closed = {}, threading.Event(), threading.Event()
+
+    def train():
+        seen["before"] = torch.get_num_threads()
+        env.reset()
+        steps(env, WINDOW, compute=LIGHT / 10)
+        seen["during"] = torch.get_num_threads()
+        stepped.set()
+        closed.wait(60)  # its policy computes
+        with pytest.raises(ClosedEnvError):
+            steps(env, 1, compute=0.0)
+        seen["after"] = torch.get_num_threads()
+        seen["after, a new thread"] = in_a_new_thread(torch.get_num_threads)
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    try:
+        stepped.wait(60)
+        seen["new thread, during"] = in_a_new_thread(torch.get_num_threads)
+    finally:
+        env.close()
+        closed.set()
+        thread.join()
+    assert seen == {"before": 2, "during": 1, "new thread, during": 2, "after": 2, "after, a new thread": 2}
+    assert torch.get_num_threads() == 2 and in_a_new_thread(torch.get_num_threads) == 2
+
+
+def test_a_thread_that_never_calls_again_gets_its_count_back_at_its_next_collection(two_torch_threads):
+    env = ShmPoolVecEnv([cartpole] * 2, n_workers=1, start_method="fork")
+    seen, stepped, closed = {}, threading.Event(), threading.Event()
+
+    def train():
+        env.reset()
+        steps(env, WINDOW, compute=0.0)
+        seen["during"] = torch.get_num_threads()
+        stepped.set()
+        closed.wait(60)
+        gc.collect()  # the allocations of a training step start one soon
+        seen["after"] = torch.get_num_threads()
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    try:
+        stepped.wait(60)
+    finally:
+        env.close()
+        closed.set()
+        thread.join()
+    assert seen == {"during": 1, "after": 2}
 
 
 def test_a_bad_value_is_refused():
