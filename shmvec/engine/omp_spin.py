@@ -127,17 +127,23 @@ class ShortSpin:
         self._returned_at = time.perf_counter()
         self._in_flight = False
 
-    def paused_for(self, now: float) -> float:
-        """How long the caller has not been stepping (negative while a step is in flight)."""
+    def paused_for(self, now: float) -> float | None:
+        """How long the caller has not been stepping; None while a step is in flight (unless
+        its results never came back for :data:`LOST_STEP`: then the pause counts from then)."""
         if self._in_flight:
-            return now - self._last_step - LOST_STEP
+            lost = now - self._last_step - LOST_STEP
+            return lost if lost >= 0.0 else None
         return now - max(self._returned_at, self._last_step)
 
     def _park(self) -> None:
         parallel, noop = self._region
         parallel(noop, None, ctypes.c_uint(self.team), ctypes.c_uint(0))
         while True:  # the team stays parked until this thread ends
-            left = self.idle - self.paused_for(time.perf_counter())
+            paused = self.paused_for(time.perf_counter())
+            # A step in flight: look again one idle period later, not when it would count as lost,
+            # so that the team is let go within an idle period of the rollout's last step (a PPO
+            # update that began with the team parked ran its first ~0.8 s with short spins).
+            left = self.idle if paused is None else self.idle - paused
             if left <= 0.0 or self._released.wait(left):
                 break
         self.engaged = False

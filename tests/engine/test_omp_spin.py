@@ -141,9 +141,30 @@ def test_a_step_in_flight_is_not_a_pause_however_long():
             time.sleep(0.001)
         spin.step()  # its results come back after several idle periods
         time.sleep(10 * spin.idle)
-        assert spin.engaged and spin._thread.is_alive() and spin.paused_for(time.perf_counter()) < 0
+        assert spin.engaged and spin._thread.is_alive() and spin.paused_for(time.perf_counter()) is None
         spin.returned()
         assert poll_until(lambda: not spin.engaged, 5.0)  # the pause counts from the return
+    finally:
+        spin.release()
+
+
+def test_the_team_is_let_go_within_an_idle_period_of_the_last_return():
+    """The thread looked at the caller while a step was in flight: it must look again soon, not
+    when the step would count as lost, or the team stays parked into the caller's update."""
+    spin = ShortSpin(loaded_libgomp(), team=2)
+    try:
+        for _ in range(20):
+            spin.step()
+            spin.returned()
+            time.sleep(0.001)
+        for _ in range(3):  # slow steps: the thread wakes while one is in flight
+            spin.step()
+            time.sleep(3 * spin.idle)
+            spin.returned()
+        returned = time.perf_counter()
+        assert poll_until(lambda: not spin.engaged, 5.0)
+        # within two idle periods (<= 20 ms here) and the thread's wake-up, far below LOST_STEP (1 s)
+        assert time.perf_counter() - returned < 0.3
     finally:
         spin.release()
 
