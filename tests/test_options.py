@@ -115,7 +115,7 @@ def test_from_kwargs_refuses_an_unknown_keyword_naming_the_owner_and_the_options
     assert str(excinfo.value) == (
         "ShmPoolVecEnv() got an unexpected keyword argument 'n_worker'; pool options are ['n_workers', "
         "'start_method', 'timeout', 'worker_threads', 'max_spin', 'main_shard', 'on_worker_failure', "
-        "'max_restarts', 'backend', 'n_nodes', 'omp_spin', 'torch_threads', 'worker_init', 'import_main']"
+        "'max_restarts', 'backend', 'n_nodes', 'omp_spin', 'torch_threads', 'timings', 'worker_init', 'import_main']"
     )
 
 
@@ -123,3 +123,8 @@ def test_worker_init_must_be_callable():
     with pytest.raises(TypeError, match="worker_init must be a callable"):
         PoolOptions(worker_init="mylib.setup")
     assert PoolOptions(worker_init=print).worker_init is print
+
+
+def test_timings_must_be_a_bool():
+    with pytest.raises(TypeError, match="timings must be True or False"):
+        PoolOptions(timings="off")

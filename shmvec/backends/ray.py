@@ -67,7 +67,7 @@ from shmvec.backends.ray_cluster import (
 )
 from shmvec.backends.ray_node import NodeInfo, NodeShard, Rows
 from shmvec.backends.ray_requests import RayRequests
-from shmvec.engine.call_clock import CallClock
+from shmvec.engine.call_clock import CallClock, NoClock
 from shmvec.engine.failures import not_answered, rebuilt
 from shmvec.engine.interface import EngineBase
 from shmvec.engine.pool import START_TIMEOUT
@@ -131,7 +131,7 @@ class RayPool(EngineBase):
         except BaseException:
             self.close()
             raise
-        self.clock = CallClock()  # where the driver's time goes from now on (the adapters' calls wrap it)
+        self.clock = CallClock() if self.options.timings else NoClock()  # the driver's time (adapters' calls wrap it)
 
     @property
     def nodes(self) -> list[Node]:

@@ -88,6 +88,22 @@ class CallClock:
             self.left_at = now
 
 
+class NoClock(CallClock):
+    """The clock of a pool made with ``timings=False``: it counts nothing."""
+
+    def enter(self) -> None:
+        pass
+
+    def leave(self, kind: int) -> None:
+        pass
+
+    def stepped(self, seconds: float) -> None:
+        pass
+
+    def waited(self, start: float, end: float, remote: float = 0.0) -> None:
+        pass
+
+
 CALL, STEP_START, STEP_END = 0, 1, 2
 
 

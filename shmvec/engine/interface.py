@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from shmvec.engine.breakable import Breakable
-from shmvec.engine.call_clock import CallClock
+from shmvec.engine.call_clock import CallClock, NoClock
 from shmvec.engine.plan import describe_plan, usable_cores
 from shmvec.engine.timings import Timings, snapshot
 from shmvec.ipc.action_rows import ActionRows
@@ -143,6 +143,8 @@ class EngineBase(ObsBuffers, Breakable):
 
     def timings(self) -> Timings:
         """Where the time went since the pool started or since the last reset (:mod:`~shmvec.engine.timings`)."""
+        if isinstance(self.clock, NoClock):
+            raise RuntimeError("envs.timings is off: this vector env was made with timings=False")
         views = getattr(self, "views", None)  # the local pool's arena; Ray's driver has none
         plan = getattr(self, "plan", None)
         layout = {
@@ -153,7 +155,7 @@ class EngineBase(ObsBuffers, Breakable):
             "plan": describe_plan(plan) if plan is not None else f"backend=ray, {self.n_workers} nodes",
             "remote": views is None,
         }
-        rows = read_rows(views) if views is not None else None
+        rows = (lambda: read_rows(views)) if views is not None else (lambda: None)
         return snapshot(self.clock, rows, getattr(self, "shards", []), layout)
 
     def call_async(self, request: Reset | RunOps, beside_sends: bool = False) -> None:

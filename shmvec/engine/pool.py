@@ -65,7 +65,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec.engine.async_schedule import AsyncSchedule
-from shmvec.engine.call_clock import CallClock
+from shmvec.engine.call_clock import CallClock, NoClock
 from shmvec.engine.caller_threads import CallerThreads, caller_threads_for_pool
 from shmvec.engine.env_building import build_envs, describe_envs
 from shmvec.engine.failures import main_shard_error
@@ -159,7 +159,8 @@ class ShmPool(WorkerWaits, EngineBase):
         except BaseException:
             self.close()  # also detaches the finalizer: no ResourceWarning for a failed start
             raise
-        self.clock = CallClock()  # where the main thread's time goes from now on (the adapters' calls wrap it)
+        # where the main thread's time goes from now on (the adapters' calls wrap it)
+        self.clock = CallClock() if self.options.timings else NoClock()
 
     # -- start-up ------------------------------------------------------------------
 
@@ -197,6 +198,7 @@ class ShmPool(WorkerWaits, EngineBase):
             self.n_workers,
             final_obs=self.autoreset_mode == AutoresetMode.SAME_STEP,
             obs_buffers=obs_buffers,
+            timings=opts.timings,
         )
         res.arena = OwnedArena(self.layout.nbytes)
         res.ready = Signal.create(opts.max_spin)

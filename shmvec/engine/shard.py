@@ -25,7 +25,7 @@ from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.info_rows import INFO_CODE, InfoWriter, fast_copy
 from shmvec.ipc.protocol import PickledActions, Reset, ResetResult, RunOps, StepInfo
-from shmvec.ipc.timing_rows import LaneTimer
+from shmvec.ipc.timing_rows import LANE_RING, LaneTimer
 
 
 class Shard:
@@ -69,7 +69,8 @@ class Shard:
         self._write_info = info_writer.write if info_writer is not None else None
         self._info_code = arena_views[INFO_CODE]
         self._coded = False  # whether the last step wrote any info code (they must be cleared)
-        self.timer = LaneTimer(arena_views, lane, start, self.stop) if lane is not None else None
+        timed = lane is not None and LANE_RING in arena_views  # a pool made with timings=False has no rows
+        self.timer = LaneTimer(arena_views, lane, start, self.stop) if timed else None
 
     def write_infos_to(self, info_writer: InfoWriter) -> None:
         """Write the infos that fit into shared rows from now on (a worker's shard does from the start)."""

@@ -22,6 +22,7 @@ turns the shares into what would help, and by how much at most.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,11 +92,13 @@ class Timings:
     # the last steps, and a copy of the lanes' timing rows at the snapshot (None with Ray).
     clock: CallClock | None = field(default=None, repr=False)
     rows: tr.Rows | None = field(default=None, repr=False)
+    read_rows: Callable[[], tr.Rows | None] | None = field(default=None, repr=False)  # the rows as they are now
 
     def reset(self) -> None:
-        """Count from now on (the next ``envs.timings`` covers only what follows)."""
+        """Count from now on (the next ``envs.timings`` covers only what follows): the baseline is the
+        rows as they are now, not as this snapshot saw them (steps since would be counted twice)."""
         if self.clock is not None:
-            self.clock.reset(self.rows)
+            self.clock.reset(self.read_rows() if self.read_rows is not None else self.rows)
 
     def share(self, part: str) -> float:
         return getattr(self, part) / self.wall if self.wall > 0 else 0.0
@@ -252,8 +255,15 @@ def _envs_verdict(t: Timings, envs: float) -> str:
     return f"{head} with every core stepping envs: faster envs or more cores would help."
 
 
-def snapshot(clock: CallClock, rows: tr.Rows | None, shards: list[tuple[int, int]], layout: dict) -> Timings:
-    """The :class:`Timings` of a pool: ``layout`` has its num_envs, n_workers, main_shard, cores, plan, remote."""
+def snapshot(
+    clock: CallClock,
+    read_rows: Callable[[], tr.Rows | None],
+    shards: list[tuple[int, int]],
+    layout: dict,
+) -> Timings:
+    """The :class:`Timings` of a pool: ``read_rows`` reads its lanes' rows (None: it has none, Ray),
+    ``layout`` has its num_envs, n_workers, main_shard, cores, plan, remote."""
+    rows = read_rows()
     now = time.perf_counter()
     wall = now - clock.since
     waiting = clock.waiting
@@ -283,6 +293,7 @@ def snapshot(clock: CallClock, rows: tr.Rows | None, shards: list[tuple[int, int
         network=network,
         clock=clock,
         rows=rows,
+        read_rows=read_rows,
     )
 
 

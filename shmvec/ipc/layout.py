@@ -191,6 +191,7 @@ class ArenaLayout:
         n_workers: int,
         final_obs: bool = False,
         obs_buffers: int = 1,
+        timings: bool = True,
     ) -> ArenaLayout:
         """Place every buffer. ``final_obs`` adds a row per env for the last observation of
         an episode (same-step auto-reset, flat observations only), so that an episode end
@@ -199,7 +200,8 @@ class ArenaLayout:
         ``obs_buffers=2`` gives every observation leaf a second buffer, so that a step can
         write one while the caller still reads the other (see :meth:`obs_views`). An action
         leaf gets byte rows that :class:`~shmvec.ipc.action_rows.ActionRows` sees in the dtype
-        each caller gave. Pickled leaves get no buffer."""
+        each caller gave. Pickled leaves get no buffer. ``timings=False`` leaves out the
+        lanes' timing rows (:mod:`~shmvec.ipc.timing_rows`)."""
         obs_leaves, pickled_obs_leaves = _split_pickled(flatten_space(observation_space))
         action_leaves, pickled_action_leaves = _split_pickled(flatten_space(action_space))
         wanted: list[tuple[str, tuple[int, ...], np.dtype]] = [
@@ -214,7 +216,7 @@ class ArenaLayout:
             (INFO_ROWS, (n_envs, INFO_ROW_BYTES), np.dtype(np.uint8)),  # see shmvec.ipc.info_rows
             (INFO_CODE, (n_envs,), np.dtype(np.uint8)),
             (INFO_SCHEMAS, (n_workers + 1, SCHEMA_BLOCK_BYTES), np.dtype(np.uint8)),  # the last: a main shard's
-            *timing_fields(n_envs, n_workers),  # when each lane's steps ran: see shmvec.ipc.timing_rows
+            *(timing_fields(n_envs, n_workers) if timings else ()),  # when each lane's steps ran: see ipc.timing_rows
         ]
         wanted += [
             (obs_field(leaf.path, b), (n_envs, *leaf.shape), leaf.dtype)

@@ -124,4 +124,10 @@ class Rows(NamedTuple):
 
 
 def read_rows(views: dict[str, np.ndarray]) -> Rows:
-    return Rows(*(views[name].copy() for name in (LANE_RING, LANE_TOTALS, ENV_HIST, ENV_TOTALS)))
+    """A copy of the rows. A lane may be writing its next ring entry meanwhile (a worker's step in
+    flight: at most one per lane, as each waits for a post of the main process): the entry at its
+    step count, read before the ring, is left out (zeros, as an entry never written), never torn."""
+    totals = views[LANE_TOTALS].copy()
+    ring = views[LANE_RING].copy()
+    ring[np.arange(len(ring)), totals[:, LANE_STEPS] % RING] = 0
+    return Rows(ring, totals, views[ENV_HIST].copy(), views[ENV_TOTALS].copy())

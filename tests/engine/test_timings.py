@@ -215,3 +215,40 @@ def test_the_hand_off_verdict_follows_the_numbers():
     waiting = made(envs=0.5, library=0.2, cpu_share=0.01, n_workers=32).verdicts()
     assert not any("n_workers=0" in v for v in waiting) and any("hand-off to 32 workers" in v for v in waiting)
     assert waiting[0].startswith("The envs took 50%") and "they wait" in waiting[0]
+
+
+def test_a_reset_counts_from_the_rows_as_they_are_then():
+    """The snapshot that is reset may be older than the rows: steps taken since count for neither."""
+    envs = ShmPoolVecEnv([functools.partial(WaitingEnv, 50e-6)] * 4, n_workers=2)
+    try:
+        run_sync(envs, 10, 0.0)
+        older = envs.timings
+        run_sync(envs, 10, 0.0)  # after the snapshot, before the reset
+        older.reset()
+        envs.step(np.zeros(4, dtype=np.int64))
+        again = envs.timings
+    finally:
+        envs.close()
+    assert again.steps == 1
+    assert [lane.steps for lane in again.lanes] == [1, 1]
+
+
+@pytest.mark.parametrize("adapter", [ShmPoolVecEnv, ShmVectorEnv])
+def test_timings_off(closing, adapter):
+    """timings=False: no timing rows in the arena, no clock, the same results, and envs.timings says it is off."""
+    fns = [functools.partial(WaitingEnv, 0.0)] * 4
+    on, off = (
+        closing(adapter(fns, n_workers=1, main_shard=True)),
+        closing(adapter(fns, n_workers=1, main_shard=True, timings=False)),
+    )
+    assert "lane_ring" in on._pool.views and "lane_ring" not in off._pool.views
+    assert off._pool.main.timer is None
+    for envs in (on, off):
+        envs.reset(seed=0) if adapter is ShmVectorEnv else (envs.seed(0), envs.reset())
+    for _ in range(5):
+        results = [envs.step(np.zeros(4, dtype=np.int64)) for envs in (on, off)]
+        np.testing.assert_equal(results[0][:4], results[1][:4])
+    assert off._pool.clock.steps == 0 and on._pool.clock.steps == 5
+    with pytest.raises(RuntimeError, match="timings=False"):
+        _ = off.timings
+    assert on.timings.steps == 5
