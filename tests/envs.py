@@ -15,6 +15,9 @@ def cartpole():
     return gym.make("CartPole-v1")
 
 
+TAXI = "Taxi-v4" if "Taxi-v4" in gym.registry else "Taxi-v3"  # v4 from Gymnasium 1.3; both give infos every step
+
+
 class MixedDictEnv(gym.Env):
     """Dict observations of mixed dtypes and shapes, a Box action, random episode lengths.
 

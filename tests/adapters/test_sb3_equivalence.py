@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from tests.envs import TupleObsEnv, cartpole, make_image, make_info_types, make_mixed
+from tests.envs import TAXI, TupleObsEnv, cartpole, make_image, make_info_types, make_mixed
 from tests.helpers import assert_same
 from tests.sb3_compare import make_pair, run_equivalence, sample_actions
 
@@ -25,7 +25,7 @@ def pendulum():
 
 
 def taxi():
-    return gym.make("Taxi-v4", max_episode_steps=30)  # infos at every step: a float and an int8 array
+    return gym.make(TAXI, max_episode_steps=30)  # infos at every step: a float and an int8 array
 
 
 def acrobot():

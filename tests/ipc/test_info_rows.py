@@ -14,7 +14,7 @@ from shmvec import ShmPoolVecEnv
 from shmvec.ipc import info_rows
 from shmvec.ipc.info_rows import MAX_SCHEMAS, InfoReader, InfoWriter, fast_copy, schema_of
 from shmvec.ipc.layout import ArenaLayout, shard_bounds
-from tests.envs import make_info_types
+from tests.envs import TAXI, make_info_types
 from tests.helpers import assert_same
 
 N_ENVS, N_WORKERS = 6, 2
@@ -185,7 +185,7 @@ def test_a_pool_sends_its_workers_step_infos_through_the_rows(closing):
 
 def test_taxi_infos_come_through_the_rows_unchanged(closing):
     def taxi():
-        return gym.make("Taxi-v4")
+        return gym.make(TAXI)
 
     venv = closing(ShmPoolVecEnv([taxi] * 3, n_workers=3, start_method="fork"))
     venv.seed(0)
