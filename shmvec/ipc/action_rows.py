@@ -24,8 +24,8 @@ Example:
     >>> rows = ActionRows(layout, layout.views(bytearray(layout.nbytes)))
     >>> actions = [0.5, np.float64(0.25), np.float32(1.0)]
     >>> rows.write((), actions, np.asarray(actions))
-    >>> [(type(a).__name__, a) for a in rows.column(0, 0, 3)]
-    [('float', 0.5), ('float64', np.float64(0.25)), ('float32', np.float32(1.0))]
+    >>> [(type(a).__name__, float(a)) for a in rows.column(0, 0, 3)]
+    [('float', 0.5), ('float64', 0.25), ('float32', 1.0)]
 """
 
 from __future__ import annotations
