@@ -169,7 +169,11 @@ def calls(pool: list[ShmVectorEnv], counts: dict, end: float) -> None:
         except Exception:  # an alarm in the pool's own lines may leave it unusable (AlreadyPendingError, ...)
             counts["errors"] += 1
             quiet(counts)
-            pool.pop().close()
+            broken = pool.pop()
+            try:
+                broken.close()
+            except Exception:  # the pending step's error, raised once closed: an env an alarm left half-updated
+                pass
 
 
 def quiet(counts: dict) -> None:
