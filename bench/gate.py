@@ -122,15 +122,15 @@ def worktree(ref: str) -> tuple[str, str]:
 
 def command(row: str, side: str, tree: str, scale: float, python: str) -> tuple[list[str], dict[str, str]]:
     """The child's argv and environment: ``side``'s implementation of ``row``, shmvec from ``tree``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))}
+    # the tree's shmvec first, then this checkout (bench, the examples' helpers)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tree, REPO, os.environ.get("PYTHONPATH")]))}
     workload = WORKLOADS.get(row)
     if isinstance(workload, ScriptWorkload):
         impl = workload.reference if side == "reference" else "shm"
         argv = workload.command(impl, scale, "cpu")
         return [python, *argv[1:]], env
     impl = "reference" if side == "reference" else "shm"
-    child = ["--child", row, "--impl", impl, "--scale", str(scale), "--tree", tree]
-    return [python, os.path.abspath(__file__), *child], env
+    return [python, "-m", "bench.gate_child", row, impl, str(scale), tree], env
 
 
 def run_child(argv: list[str], env: dict[str, str], timeout: float) -> dict:
@@ -230,13 +230,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=1200, help="seconds one child may take")
     p.add_argument("--ref-python", help="the interpreter of the reference's own venv (default: this one)")
     p.add_argument("--out", help="also write the table to this Markdown file")
-    p.add_argument("--child", help=argparse.SUPPRESS)
-    p.add_argument("--impl", help=argparse.SUPPRESS)
-    p.add_argument("--tree", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.child:
-        args.scale = 1.0 if args.scale is None else args.scale
-        return args
     if not args.against:
         p.error("--against REF is required")
     names = args.rows.split(",") if args.rows else list(QUICK["rows"] if args.quick else TRAINING_ROWS + PROBE_ROWS)
@@ -252,10 +246,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.child:
-        from bench.gate_jobs import child_main
-
-        return child_main(args.child, args.impl, args.scale, args.tree)
     commit, ref_tree = worktree(args.against)
     rows = rows_of(args.names)
     skipped = [f"{n}: {why}" for n in args.names if n in WORKLOADS and (why := WORKLOADS[n].missing())]

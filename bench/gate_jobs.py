@@ -1,4 +1,4 @@
-"""The release gate's jobs, each as its child process runs it (:mod:`bench.gate`).
+"""The release gate's jobs, each as its child process (:mod:`bench.gate_child`) runs it (:mod:`bench.gate`).
 
 A child imports torch first, as training scripts do, then shmvec from the tree it was given
 (``--tree``: a folder whose only package is that tree's ``shmvec``), and prints one JSON line:
