@@ -1,10 +1,10 @@
 """shmvec: fast, dependable vectorized RL environments over shared memory.
 
-- :class:`ShmPoolVecEnv` - a Stable-Baselines3 ``VecEnv`` (needs ``shmvec[sb3]``).
+- :class:`ShmPoolVecEnv` - a Stable-Baselines3 ``VecEnv`` (needs the ``[sb3]`` extra).
 - :class:`ShmVectorEnv` / :func:`make_vec` - a Gymnasium ``VectorEnv``; :func:`register`
   gives any env id a ``shmvec/`` twin that ``gym.make_vec`` builds as one.
 - :class:`ShmPool` - the engine both adapters share.
-- :class:`TimingsCallback` - ``envs.timings`` in SB3's logger at each rollout's end (needs ``shmvec[sb3]``).
+- :class:`TimingsCallback` - ``envs.timings`` in SB3's logger at each rollout's end (needs the ``[sb3]`` extra).
 """
 
 from shmvec.adapters.registration import make_vec, register
