@@ -22,7 +22,6 @@ out, and after a grace period the process exits or is killed all the same.
 from __future__ import annotations
 
 import functools
-import multiprocessing as mp
 import os
 import pickle
 import signal
@@ -39,7 +38,7 @@ from shmvec.engine.link import mp_context
 from shmvec.engine.outside_effects import NotTimed, quieten
 from shmvec.engine.plan_memory import env_identity
 from shmvec.engine.script_setup import WorkerStart, apply
-from shmvec.engine.worker import ORPHAN_EXIT_CODE, limit_threads
+from shmvec.engine.worker import ORPHAN_EXIT_CODE, limit_threads, parent_watch
 
 TIMING_TIMEOUT = 60.0  # seconds the timing process may take (building the env included) before the plan gives up
 TIMING_PROCESS = "timing"  # its name after the worker prefix
@@ -143,24 +142,10 @@ def _time_quietly(env_fn: Callable[[], Any]) -> tuple:
             env.close()
 
 
-def _parent_alive(main_pid: int) -> Callable[[], bool]:
-    """A cheap test that the main process still lives: a forked child is re-parented when it
-    dies (``getppid``); under forkserver and spawn the parent's sentinel pipe closes."""
-    parent = mp.parent_process()
-    direct = os.getppid() == main_pid  # False under forkserver: the server is our parent
-
-    def alive() -> bool:
-        if direct and os.getppid() != main_pid:
-            return False
-        return parent is None or parent.is_alive()
-
-    return alive
-
-
 def _start_orphan_watchdog(main_pid: int) -> None:
     """End this process soon after the main process dies, closing the env if it can: the main
     thread may be building the env or stepping it for many seconds (a simulator starting up)."""
-    alive, main_thread = _parent_alive(main_pid), threading.main_thread().ident
+    alive, main_thread = parent_watch(main_pid), threading.main_thread().ident
 
     def watch() -> None:
         while alive():

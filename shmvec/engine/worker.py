@@ -131,7 +131,7 @@ def worker_main(
 ) -> None:
     """Entry point of a worker process (see :mod:`shmvec.engine.pool` for the data flow)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    parent_alive = _parent_watch(main_pid)
+    parent_alive = parent_watch(main_pid)
     _start_orphan_watchdog(parent_alive)
     cmd_name, done_name, finished_name = signal_names
     cmd, done, finished = Signal.open(cmd_name, max_spin), Signal.open(done_name), Signal.open(finished_name)
@@ -211,7 +211,7 @@ def _keeping_setup(env_fn: Callable[[], gym.Env], setup: script_setup.ScriptSetu
     return build
 
 
-def _parent_watch(main_pid: int) -> Callable[[], bool]:
+def parent_watch(main_pid: int) -> Callable[[], bool]:
     """A cheap test that the main process still lives.
 
     The parent sentinel alone is not enough under fork: siblings forked later inherit
