@@ -196,7 +196,8 @@ def test_waiting_envs_dominate_a_bare_loop():
     finally:
         envs.close()
     assert timings.verdicts()[0].startswith("The envs took"), str(timings)
-    assert timings.share("envs") > 0.5
+    others = [timings.share(part) for part in timings.parts if part != "envs"]
+    assert timings.share("envs") > max(others), str(timings)  # the largest part, however loaded the machine
     assert len(timings.lanes) > 8 and f"{len(timings.lanes)} lanes: busy" in str(timings)  # one line for them all
 
 
