@@ -304,7 +304,7 @@ def _lanes(rows: tr.Rows, shards: list[tuple[int, int]], n_workers: int, main_sh
         start, stop = shards[k]
         worker = k if k < n_workers else None
         busy, sampled = row[tr.LANE_BUSY] * 1e-9, row[tr.LANE_CPU_BUSY]
-        cpu = busy * row[tr.LANE_CPU] / sampled if sampled > 0 else 0.0  # read on one step in ENV_SAMPLE_EVERY
+        cpu = busy * row[tr.LANE_CPU] / sampled if sampled > 0 else 0.0  # read on sampled steps (timing_rows)
         lanes.append(Lane(worker, range(start, stop), int(row[tr.LANE_STEPS]), busy, cpu))
     return lanes
 

@@ -2,11 +2,17 @@
 
 Per lane, a ring of its last :data:`RING` steps (start and end on the system-wide monotonic
 clock, in ns, and the thread's CPU time in between, -1 where not read) and running totals;
-on every :data:`ENV_SAMPLE_EVERY`-th step of a lane, its CPU time and how long each of its
-envs' own step took (a histogram per env in quarter octaves, and totals, its resets counted
-apart). The writer (:class:`LaneTimer`) stores plain integers through memoryviews (~0.9 µs
-per lane step, nothing per env on the other steps); the main process reads the rows only
-when asked (:func:`read_rows`), after the steps it reads were published by their semaphores.
+on every :data:`ENV_SAMPLE_EVERY`-th step of a lane, how long each of its envs' own step took
+(a histogram per env in quarter octaves, and totals, its resets counted apart), and on such a
+step at most once per :data:`CPU_READ_INTERVAL_NS` the lane's CPU time. The writer
+(:class:`LaneTimer`) stores plain integers through memoryviews (~0.9 µs per lane step, nothing
+per env on the other steps); the main process reads the rows only when asked (:func:`read_rows`),
+after the steps it reads were published by their semaphores.
+
+The CPU clock is read sparingly because it is a system call, and a system call is where a busy
+machine's scheduler takes the core away: on the 2-core VM under load, ``time.thread_time_ns()``
+took 3 µs at the median but 36-100 µs on average in a stepping loop (``perf_counter_ns``,
+answered without entering the kernel: 0.5-1 µs).
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ RING_START, RING_END, RING_CPU = 0, 1, 2  # columns of a ring entry
 # thread's CPU time and those steps' wall time (a CPU clock read is a system call, ~0.6 µs).
 LANE_STEPS, LANE_BUSY, LANE_CPU, LANE_CPU_BUSY = 0, 1, 2, 3
 ENV_STEPS, ENV_STEP_NS, ENV_RESETS, ENV_RESET_NS = 0, 1, 2, 3  # columns of an env's totals (sampled steps)
-ENV_SAMPLE_EVERY = 16  # a lane times each of its envs, and reads its CPU clock, on one step in this many
+ENV_SAMPLE_EVERY = 16  # a lane times each of its envs on one step in this many
+CPU_READ_INTERVAL_NS = 10_000_000  # and on such a step reads its CPU clock if it has not for this long
 HIST_BINS, BINS_PER_OCTAVE = 96, 4  # bin b holds steps of 1 µs * 2**(b / 4) up to the next: 1 µs to 16 s
 _HIST_FLOOR_NS = 1000
 
@@ -56,12 +63,18 @@ class LaneTimer:
         self._hist = _ints(views[ENV_HIST][start:stop], "i")
         self._env_totals = _ints(views[ENV_TOTALS][start:stop], "q")
         self._started = self._cpu = 0
+        self._cpu_read_at = -CPU_READ_INTERVAL_NS  # the first sampled step reads it
 
     def begin(self) -> list[int] | None:
+        started = self._started = time.perf_counter_ns()
         if self._totals[LANE_STEPS] % ENV_SAMPLE_EVERY:
-            self._started, self._cpu = time.perf_counter_ns(), -1
+            self._cpu = -1
             return None
-        self._started, self._cpu = time.perf_counter_ns(), time.thread_time_ns()
+        if started - self._cpu_read_at >= CPU_READ_INTERVAL_NS:
+            self._cpu_read_at = started
+            self._cpu = time.thread_time_ns()
+        else:
+            self._cpu = -1
         return []
 
     def end(self, stamps: list[int] | None = None, resets: list[int] | None = None) -> None:

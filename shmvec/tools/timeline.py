@@ -4,7 +4,7 @@
 reset, one row for the main thread (the caller's time between the vector env's calls, the
 step calls, and the waiting for the workers within them, from the pool's
 :class:`~shmvec.engine.call_clock.CallClock`) and one row per lane (a worker, or the main
-process's shard: when it stepped its envs, and how much of that was its thread's CPU time (read on one step in 16),
+process's shard: when it stepped its envs, and how much of that was its thread's CPU time (read on some steps),
 from :mod:`~shmvec.ipc.timing_rows`), on one time axis in ms from the first step shown. The
 title is the first verdict of ``envs.timings``. :func:`timeline` returns the same data
 without matplotlib.

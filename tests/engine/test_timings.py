@@ -2,6 +2,7 @@
 computes a set time between steps, one straggler env. Each share must come within 5 % of the
 wall time (absolute) of the truth: the test's own clock of the caller, and the envs' own clock of
 each step (written to a file when they close), so that a loaded machine moves both alike.
+A measurement that misses is taken again, up to :data:`ATTEMPTS` times (:func:`measured`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,24 @@ from shmvec import ShmPoolVecEnv, ShmVectorEnv
 from tests.global_rng_env import WaitingEnv, _TimedEnv
 
 TOLERANCE = 0.05
+ATTEMPTS = 3
+
+
+def measured(test):
+    """``test`` run again when it misses, up to :data:`ATTEMPTS` times: on a loaded machine (a CI
+    runner) one run can be preempted between a clock of the test's and one of the library's; a
+    wrong split of the wall time misses every time."""
+
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return test(*args, **kwargs)
+            except AssertionError:
+                if attempt == ATTEMPTS:
+                    raise
+
+    return run
 
 
 class ClockedEnv(_TimedEnv):
@@ -91,6 +110,7 @@ def assert_near(timings, part: str, truth: float, wall: float) -> None:
     assert abs(share - truth / wall) <= TOLERANCE, f"{part}: {share:.3f} against {truth / wall:.3f}\n{timings}"
 
 
+@measured
 def test_in_process_envs_and_caller(tmp_path):
     """n_workers=0: four envs that compute 0.5 ms each, a caller that computes 2 ms."""
     path = tmp_path / "times"
@@ -126,6 +146,7 @@ def run_clocked_workers(envs, path, steps: int, caller_seconds: float):
 @pytest.mark.parametrize(
     "adapter, n_workers, per_env", [(ShmVectorEnv, 4, 2e-3), (ShmPoolVecEnv, 2, 1e-3)], ids=["K=N", "K<N"]
 )
+@measured
 def test_waiting_envs_in_workers(tmp_path, adapter, n_workers, per_env):
     """Envs that sleep (2 ms per lane step either way) and a caller that computes 2 ms."""
     path = tmp_path / "times"
@@ -136,6 +157,7 @@ def test_waiting_envs_in_workers(tmp_path, adapter, n_workers, per_env):
     assert all(lane.steps == 100 for lane in timings.lanes)
 
 
+@measured
 def test_a_straggler_is_measured_and_named(tmp_path):
     """Eight envs on four workers; env 5 sleeps 6 ms, the others 0.5 ms: worker 2 (envs 4-5)
     steps 6.5 ms, the others 1 ms; the caller computes 1 ms."""
@@ -148,6 +170,7 @@ def test_a_straggler_is_measured_and_named(tmp_path):
     assert any("env 5 is" in verdict for verdict in timings.verdicts()), str(timings)
 
 
+@measured
 def test_async_batches_hide_the_envs():
     """send/recv of two envs of four, each on its worker, sleeping 1 ms; the caller computes 2 ms
     per batch: the other batch steps meanwhile, so the envs' share of the wall time is ~0."""
@@ -187,6 +210,7 @@ def test_reset_starts_the_counts_again():
     assert "steps" in str(again) and set(again.scalars()) >= {"caller_share", "envs_share", "steps_per_second"}
 
 
+@measured
 def test_waiting_envs_dominate_a_bare_loop():
     """32 envs that wait 2 ms, the default plan, nothing between steps: the verdict says the envs."""
     envs = ShmVectorEnv([functools.partial(WaitingEnv, 2e-3)] * 32)
