@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 
 import gymnasium as gym
 import numpy as np
@@ -157,7 +158,8 @@ class Storm:
             except KeyboardInterrupt:
                 self.counts["interrupts"] += 1
             except Exception as exc:  # a wrong state: AlreadyPendingError, StepTimeoutError (a hang)...
-                self.errors.append(f"{type(exc).__name__}: {exc}")
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                self.errors.append(f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno})")
                 return
 
 
@@ -173,6 +175,16 @@ def between_signals(call, counts: dict | None = None, depth: int = 3):
         except KeyboardInterrupt:
             if counts is not None:
                 counts["interrupts"] += 1
+
+
+def reap(process: subprocess.Popen) -> None:
+    """Wait for ``process`` to end, by ``os.waitpid`` itself: ``Popen.wait`` takes a lock that a
+    KeyboardInterrupt right after its acquire leaves taken, and every later wait then hangs."""
+    try:
+        os.waitpid(process.pid, 0)
+    except ChildProcessError:  # reaped by a call that an interrupt cut short after it returned
+        pass
+    process.returncode = 0  # reaped: Popen must not wait for it again
 
 
 def ignore_sigint() -> None:
@@ -211,7 +223,7 @@ def storm(n_workers: int, mode: str, helper: bool) -> dict:
     run = Storm(env, mode, sender)
     try:
         between_signals(lambda: run.run(stop_at), run.counts)
-        between_signals(sender.wait)  # its last signals are delivered
+        between_signals(lambda: reap(sender))  # its last signals are delivered
         masks["main"] = between_signals(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, []))
         handler_left = between_signals(lambda: signal.getsignal(signal.SIGINT) is signal.default_int_handler)
     finally:
