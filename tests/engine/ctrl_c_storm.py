@@ -96,7 +96,7 @@ class Storm:
             if self.tries > TRIES_IN_THE_STORM and not self.paused:
                 self.pause(True)
             self.seed += 1
-            got, want = self.reset(self.seed), self.reset_ref(self.seed)
+            got, want = self.reset(self.seed), shielded(lambda: self.reset_ref(self.seed))
             self.counts["mismatches"] += not np.array_equal(got, want)
             self.synced = True
             self.counts["quiet_resyncs" if self.paused else "resyncs"] += 1
@@ -106,7 +106,7 @@ class Storm:
         actions = self.rng.integers(0, 2, N_ENVS)
         self.synced = False
         got = self.step_env(actions)
-        want = self.ref.step(actions)
+        want = shielded(lambda: self.ref.step(actions))
         if self.mode == "sb3":  # obs, rewards, dones, infos
             same = all(np.array_equal(g, w) for g, w in zip(got[:3], want[:3]))
         else:
@@ -175,6 +175,17 @@ def between_signals(call, counts: dict | None = None, depth: int = 3):
         except KeyboardInterrupt:
             if counts is not None:
                 counts["interrupts"] += 1
+
+
+def shielded(call):
+    """``call()`` with SIGINT blocked: the storm tests the pool, not the reference, which an
+    interrupt can leave half done (Gymnasium's env checker then unpacks None); a signal that
+    came meanwhile raises once it is unblocked, and the step is synced again."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+        return call()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 
 
 def reap(process: subprocess.Popen) -> None:
