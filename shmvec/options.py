@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 # Upper bound (seconds) of the adaptive spins (engine.plan._with_waits allows longer ones
 # while every busy process has a core). Long enough to cover a light shard's step, so a
 # hand-off costs a spin (microseconds) rather than a wake-up from a blocked wait; short
@@ -30,7 +32,8 @@ class PoolOptions:
             in-process, the main process plus workers, or workers only; envs that mostly
             wait (their step is little CPU) get more workers than cores. The choice is
             logged (logger ``"shmvec"``) and shown by ``repr()``. An int gives exactly
-            that many worker processes. Envs are split into contiguous shards whose
+            that many worker processes; ``0``, none: every env steps in this process
+            (``main_shard`` is implied). Envs are split into contiguous shards whose
             sizes differ by at most one. Isolation (one env per process, none in the
             main process, for native libraries that allow one instance per process) is
             guaranteed only by ``n_workers=num_envs`` with ``main_shard`` unset.
@@ -66,8 +69,8 @@ class PoolOptions:
         main_shard: the main process steps one more shard itself (the last one) while the
             workers step theirs. Fastest for light envs, as no wake-up sits on the critical
             path, but those envs share the main process: a crash there is not isolated.
-            ``None`` (default): chosen with ``n_workers=None``, no main shard with an
-            explicit ``n_workers``.
+            ``None`` (default): chosen with ``n_workers=None``, implied by ``n_workers=0``
+            (``False`` with it is a ``ValueError``), no main shard with ``n_workers`` >= 1.
         on_worker_failure: ``"raise"`` (default): a worker process that dies (exit, signal)
             raises :class:`~shmvec.errors.WorkerDiedError` and the pool is unusable.
             ``"restart"``: during a step, the worker is re-created from its envs' env_fns
@@ -80,8 +83,9 @@ class PoolOptions:
         backend: ``"local"`` (default): the workers run on this machine. ``"ray"``: the
             envs are split into contiguous shards, one per Ray node; on each node one Ray
             actor runs a local pool of ``n_workers`` processes (and reserves ``n_workers``
-            CPUs, 1 if unset). Needs Ray (shmvec's ``[ray]`` extra) and a Ray cluster
-            (``ray.init(...)`` first, else shmvec connects with ``address="auto"``). A
+            CPUs, 1 if unset or 0: with ``n_workers=0`` the actor steps its envs itself).
+            Needs Ray (shmvec's ``[ray]`` extra) and a Ray cluster (``ray.init(...)``
+            first, else shmvec connects with ``address="auto"``). A
             node actor that dies raises ``WorkerDiedError`` naming the node, or in
             ``"restart"`` mode is re-created by Ray (its envs report a truncation).
         n_nodes: ``backend="ray"`` only: how many nodes (one actor on each, on distinct
@@ -129,6 +133,17 @@ class PoolOptions:
     import_main: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("n_workers", "worker_threads", "max_restarts", "n_nodes", "torch_threads"):
+            object.__setattr__(self, name, _as_int(getattr(self, name)))  # np.int64(2) means 2
+        if isinstance(self.timings, np.bool_):
+            object.__setattr__(self, "timings", bool(self.timings))
+        if self.n_workers == 0:  # every env in this process: the main process steps them
+            if self.main_shard is not None and not self.main_shard:
+                raise ValueError(
+                    "n_workers=0 puts every env in this process, stepped by it as its main shard: "
+                    "main_shard=False leaves nothing to step them; pass n_workers >= 1 for worker processes"
+                )
+            object.__setattr__(self, "main_shard", True)
         if self.start_method is None:  # only None means "the default": "" is a typo, as for mp.get_context
             object.__setattr__(self, "start_method", default_start_method())
         mp.get_context(self.start_method)  # ValueError: cannot find context for 'illegal_method'
@@ -187,6 +202,13 @@ class PoolOptions:
 def default_start_method() -> str:
     """forkserver where available, else spawn (the choice SB3's SubprocVecEnv makes)."""
     return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+def _as_int(value: Any) -> Any:
+    """A numpy integer as Python's ``int`` (bools, Python's and numpy's, stay as they are: refused)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    return value
 
 
 def _is_int(value: Any, lowest: int) -> bool:
