@@ -11,17 +11,31 @@ still moves it.
 The memory is one small JSON file, ``$XDG_CACHE_HOME/shmvec/plans.json`` (``~/.cache/...``),
 or the file ``SHMVEC_PLAN_CACHE`` names; ``SHMVEC_PLAN_CACHE=off`` turns it off. Entries are
 keyed by a hash of the machine (host name, CPU model, the usable CPUs), the env
-(:func:`env_identity`), the number of envs and the options that restrict the choice. A file
-that cannot be read or written is ignored: the plan is then made afresh.
+(:func:`env_identity`), the number of envs and the options that restrict the choice.
+
+Many processes may start pools at once (a hyper-parameter sweep): :func:`remember` reads,
+updates and replaces the file under an exclusive ``flock`` on ``plans.json.lock`` beside it,
+waiting at most :data:`LOCK_WAIT` for it (then the plan is not remembered). The memory is read
+without following a symbolic link or waiting on a FIFO, only from a regular file of this user
+of at most :data:`MAX_BYTES`, and only entries the plan can use are taken (:func:`_valid_entry`);
+anything else is no memory (a warning once per process and cause) and never an error: the plan
+is then made afresh. A damaged file of this user is replaced by the next write; something else
+at the path is left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
+import re
+import stat
 import sys
 import tempfile
 import time
@@ -35,6 +49,12 @@ OFF = ("", "0", "off", "false", "no")
 KEEP_MARGIN = 0.10  # a remembered layout is left only for one predicted at least this much faster
 MAX_ENTRIES = 200  # the oldest entries go beyond this many
 VERSION = 1  # of the model behind the layouts: a new one forgets the old layouts
+MAX_BYTES = 2**20  # 200 entries take ~20 kB: a larger file was not written here
+MAX_WORKERS = 4096  # beyond any layout the plan chooses (it starts at most a few hundred workers)
+LOCK_WAIT = 2.0  # seconds a pool's start waits for another process's write before it skips remembering
+LOCK_POLL = 0.002
+_KEY = re.compile(r"[0-9a-f]{24}\Z")  # plan_key's form
+_warned: set[str] = set()  # the causes already logged in this process
 
 logger = logging.getLogger("shmvec")
 
@@ -78,42 +98,148 @@ def recall(key: str | None) -> tuple[int, bool] | None:
     path = cache_file()
     if key is None or path is None:
         return None
-    entry = _read(path).get(key)
-    try:
-        return int(entry["n_workers"]), bool(entry["main_shard"])
-    except (TypeError, KeyError, ValueError):
-        return None
+    entry = (_read(path) or {}).get(key)
+    return None if entry is None else (entry["n_workers"], entry["main_shard"])
 
 
 def remember(key: str | None, n_workers: int, main_shard: bool) -> None:
-    """Remember the layout chosen for ``key`` (written atomically; a failure is only logged)."""
+    """Remember the layout chosen for ``key`` (under the lock, written atomically; a failure is only logged)."""
     path = cache_file()
-    if key is None or path is None:
+    entry = _valid_entry({"n_workers": n_workers, "main_shard": main_shard, "when": time.time()})
+    if key is None or path is None or entry is None or not _KEY.match(key):
         return
-    entries = _read(path)
-    entries[key] = {"n_workers": n_workers, "main_shard": main_shard, "when": time.time()}
-    if len(entries) > MAX_ENTRIES:
-        newest = sorted(entries.items(), key=lambda item: item[1].get("when", 0) if isinstance(item[1], dict) else 0)
-        entries = dict(newest[-MAX_ENTRIES:])
-    temporary = None
+    lock = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=".plans-", dir=path.parent)
-        with os.fdopen(fd, "w") as file:
-            json.dump(entries, file)
-        os.replace(temporary, path)  # readers see the old file or the new one, never half of one
-    except (OSError, TypeError, ValueError) as exc:
+        lock = _lock(path.with_name(path.name + ".lock"))
+        if lock is None:
+            return
+        entries = _read(path)
+        if entries is None:  # something else lies there: not ours to replace
+            return
+        # The newest others, and this one whatever the others' times (a clock set back, a file from elsewhere).
+        others = sorted((item for item in entries.items() if item[0] != key), key=lambda item: item[1]["when"])
+        _write(path, {**dict(others[len(others) - MAX_ENTRIES + 1 :]), key: entry})
+    except (OSError, ValueError) as exc:  # a read-only or missing cache folder: no memory, no error
         logger.debug("shmvec: could not remember the plan in %s: %s", path, exc)
-        if temporary is not None and os.path.exists(temporary):
-            os.unlink(temporary)
+    finally:
+        if lock is not None:
+            os.close(lock)  # releases the lock
 
 
-def _read(path: Path) -> dict:
+def _lock(path: Path) -> int | None:
+    """A descriptor holding the exclusive lock on ``path`` (a file beside the memory, as the memory
+    itself is replaced by each write), or None if it is not this user's file or stays held
+    :data:`LOCK_WAIT` seconds: the pool then starts without remembering rather than wait."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            _ignore(path, "the lock is not a regular file of this user")
+            os.close(fd)
+            return None
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    _ignore(path, f"the lock stayed held over {LOCK_WAIT:g} s: the plan is not remembered")
+                    os.close(fd)
+                    return None
+                time.sleep(LOCK_POLL)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+
+
+def _read(path: Path) -> dict[str, dict] | None:
+    """The valid entries of the memory at ``path`` (none if there is no file or it is damaged), or None
+    if ``path`` holds something other than this user's regular file, which is then neither read nor replaced."""
+    try:  # no symbolic link followed, no wait on a FIFO
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
         return {}
-    return entries if isinstance(entries, dict) else {}
+    except (OSError, ValueError) as exc:
+        _ignore(path, "a symbolic link" if getattr(exc, "errno", None) == errno.ELOOP else "unreadable", exc)
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            _ignore(path, "not a regular file")
+            return None
+        if info.st_uid != os.geteuid():
+            _ignore(path, "owned by another user")
+            return None
+        data = _read_at_most(fd, MAX_BYTES + 1) if info.st_size <= MAX_BYTES else b""
+    except OSError as exc:
+        _ignore(path, "unreadable", exc)
+        return None
+    finally:
+        os.close(fd)
+    if info.st_size > MAX_BYTES or len(data) > MAX_BYTES:
+        _ignore(path, f"larger than {MAX_BYTES} bytes")
+        return {}
+    try:
+        raw = json.loads(data)
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
+        _ignore(path, "not JSON")
+        return {}
+    if not isinstance(raw, dict):
+        _ignore(path, "not a JSON object")
+        return {}
+    entries = {key: entry for key, value in raw.items() if _KEY.match(key) and (entry := _valid_entry(value))}
+    if len(entries) < len(raw):
+        _ignore(path, "entries of the wrong form (left out)")
+    return entries
+
+
+def _valid_entry(value: Any) -> dict | None:
+    """``value`` as an entry if it is one the plan can use: ``n_workers`` an int in [0, MAX_WORKERS],
+    ``main_shard`` a bool, at least one lane, ``when`` a finite number; else None."""
+    if not isinstance(value, dict):
+        return None
+    n_workers, main_shard, when = value.get("n_workers"), value.get("main_shard"), value.get("when")
+    if type(n_workers) is not int or not 0 <= n_workers <= MAX_WORKERS or type(main_shard) is not bool:
+        return None
+    if n_workers == 0 and not main_shard:  # no lane at all
+        return None
+    finite = (type(when) is float and math.isfinite(when)) or (type(when) is int and abs(when) < 2**63)
+    return {"n_workers": n_workers, "main_shard": main_shard, "when": float(when)} if finite else None
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _write(path: Path, entries: dict) -> None:
+    fd, temporary = tempfile.mkstemp(prefix=".plans-", dir=path.parent)  # 0600
+    try:
+        with os.fdopen(fd, "w") as file:
+            json.dump(entries, file, allow_nan=False)
+        os.replace(temporary, path)  # readers see the old file or the new one, never half of one
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _ignore(path: Path, cause: str, error: BaseException | None = None) -> None:
+    """Log, once per process and cause, that the memory at ``path`` is ignored."""
+    if cause in _warned:
+        return
+    _warned.add(cause)
+    detail = f" ({error})" if error is not None else ""
+    logger.warning("shmvec: the plan memory %s is ignored: %s%s; the plan is made afresh", path, cause, detail)
 
 
 def _cpu_model() -> str:
