@@ -1,8 +1,10 @@
-"""Envs for the default plan's tests (tests/engine/test_timing_run.py), importable by workers.
+"""Envs for the default plan's and the workers' generators' tests (tests/engine/test_timing_run.py,
+tests/test_worker_rngs.py), importable by workers.
 
 :class:`GlobalRngEnv` draws from the legacy global generators (``np.random``, ``random``),
-as old code does; :class:`CountingEnv` records the pid of every process that builds one;
-:class:`BusyEnv` and :class:`WaitingEnv` compute or wait a fixed time per step.
+as old code does; :class:`DyingRngEnv` also ends its process on action 1; :class:`CountingEnv`
+records the pid of every process that builds one; :class:`BusyEnv` and :class:`WaitingEnv`
+compute or wait a fixed time per step.
 """
 
 from __future__ import annotations
@@ -39,6 +41,15 @@ class GlobalRngEnv(gym.Env):
     def draws(self) -> tuple[float, float]:
         """The next ``random.random()`` and ``np.random.random()`` of the process the env is in."""
         return random.random(), float(np.random.random())
+
+
+class DyingRngEnv(GlobalRngEnv):
+    """A :class:`GlobalRngEnv` whose process exits at once (as in a crash) when it steps action 1."""
+
+    def step(self, action):
+        if int(action) == 1:
+            os._exit(1)
+        return super().step(action)
 
 
 class CountingEnv(gym.Env):

@@ -138,12 +138,12 @@ def run(tmp_path, make_vec: str, setup_lines: str = SETUP_LINES, num_envs: int =
 
 
 def seeded_worker_draws(n_workers: int) -> list[tuple[float, float]]:
-    """The first ``random.random()`` and ``np.random.random()`` of each worker of a script that ran
-    ``random.seed(0)`` and ``np.random.seed(0)`` (docs/process.md: each worker's own stream)."""
+    """The first ``random.random()`` and ``np.random.random()`` of each worker of the script's second
+    pool, after ``random.seed(0)`` and ``np.random.seed(0)`` (docs/process.md: each worker's own stream)."""
     parent_random, parent_numpy = random.Random(0).getstate(), np.random.RandomState(0).get_state()
     draws = []
     for worker in range(n_workers):
-        random_state, numpy_state = worker_rng_states(parent_random, parent_numpy, worker)
+        random_state, numpy_state = worker_rng_states(parent_random, parent_numpy, worker, pool_index=1)  # 2nd pool
         stdlib, legacy = random.Random(), np.random.RandomState()
         stdlib.setstate(random_state)
         legacy.set_state(numpy_state)

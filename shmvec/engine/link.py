@@ -73,7 +73,7 @@ class WorkerLink:
         blob = env_fns_blob(list(env_fns[self.start : self.stop]), env_wrapper)
         names = (self.cmd.name, self.done.name, self.finished.name)
         args = (self.index, child_conn, start.setup, blob, start.log_queue, self.start, self.stop, names, max_spin)
-        args += (start.worker_threads, os.getpid())
+        args += (start.worker_threads, os.getpid(), start.restarts)
         prefix = SCRIPT_WORKER_PREFIX if start.import_main else WORKER_NAME_PREFIX
         process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"{prefix}{self.index}")
         try:

@@ -81,6 +81,7 @@ class Restarter:
         self.final_flag = views.get(lay.FINAL_FLAG)  # None: no final observations in the rows
         self.max_restarts = max_restarts
         self.count = 0  # workers re-created so far
+        self.restarts_of: dict[int, int] = {}  # worker -> its restarts so far: each life draws its own numbers
         self.claimed: set[int] = set()  # workers whose death was found and not restarted yet
         self.used_up = f"; no restart left (max_restarts={max_restarts} used up)"
 
@@ -116,6 +117,7 @@ class Restarter:
             stacklevel=5,  # the adapter's step_wait
         )
         self.count += 1
+        self.restarts_of[link.index] = self.restarts_of.get(link.index, 0) + 1
         self.claimed.discard(link.index)
         link.release_process()  # reaped already (exitcode is set): returns at once
         link.conn.close()
@@ -144,7 +146,9 @@ class Restarter:
     def _handshake(self, link: WorkerLink) -> dict[int, Any]:
         """Start the new worker and attach it; return its reply to the Attach (its envs' reset results)."""
         rebuild = self.rebuild
-        link.spawn(mp_context(rebuild.start_method), *rebuild.spawn_args)
+        env_fns, env_wrapper, max_spin, start = rebuild.spawn_args
+        start = dataclasses.replace(start, restarts=self.restarts_of[link.index])
+        link.spawn(mp_context(rebuild.start_method), env_fns, env_wrapper, max_spin, start)
         hello = self._message_from(link)
         if isinstance(hello, ErrorReport):  # an env_fn raised
             raise remote_error(hello)

@@ -17,8 +17,10 @@ logging                    the levels of the root and of every logger given one;
                            go back to the main process's handlers, each once
                            (:mod:`~shmvec.engine.log_relay`)
 ``random``, ``np.random``  worker k starts each from a state derived from the parent's state
-                           of it at pool creation and k (:func:`worker_rng_states`): streams
-                           that differ between workers, and repeat when the script seeds
+                           of it at pool creation, the pool's index in this process, k and
+                           k's restarts so far (:func:`worker_rng_states`): streams that
+                           differ between workers, pools and lives, and repeat when the
+                           script seeds
 Gymnasium                  the registry (the parent's spec wins, also over ids a plugin
                            registers again when an env_fn imports it) and
                            ``gym.logger``'s level
@@ -40,6 +42,7 @@ import logging
 import os
 import random
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,16 +71,35 @@ class ScriptSetup:
     gym_log_level: int
     registry: dict[str, gym.envs.registration.EnvSpec]
     worker_init: Callable[[], Any] | None = None
+    pool_index: int = 0  # the pool's place among those this process made (pools_made)
 
 
 @dataclass(frozen=True)
 class WorkerStart:
-    """What every worker of a pool starts with, besides its envs (the same on a restart)."""
+    """What every worker of a pool starts with, besides its envs (the same on a restart, but
+    for ``restarts``)."""
 
     setup: bytes  # the script's set-up, pickled (setup_blob)
     log_queue: Any  # where its log records go (LogRelay)
     worker_threads: int | None
     import_main: bool  # it imports the main script (lean_start.SCRIPT_WORKER_PREFIX)
+    restarts: int = 0  # the worker's restarts before this start (the restarter sets it): its generators differ
+
+
+_pools_made = 0  # by this process: the next pool's index
+_pools_lock = threading.Lock()
+
+
+def pools_made() -> int:
+    """How many pools this process has made so far: the index the next one takes."""
+    return _pools_made
+
+
+def _take_pool_index() -> int:
+    global _pools_made
+    with _pools_lock:
+        index, _pools_made = _pools_made, _pools_made + 1
+    return index
 
 
 def worker_start(options: PoolOptions) -> WorkerStart:
@@ -89,7 +111,9 @@ def worker_start(options: PoolOptions) -> WorkerStart:
             "import_main=True: the main module has no file for workers to import (python -c, a piped script, "
             "a notebook); pass worker_init= instead, or run the code as a script file"
         )
-    return WorkerStart(setup_blob(capture(options.worker_init)), None, options.worker_threads, import_main)
+    # Taken here, once per pool whatever its plan: the timing run and the layout change no index.
+    setup = capture(options.worker_init, _take_pool_index())
+    return WorkerStart(setup_blob(setup), None, options.worker_threads, import_main)
 
 
 def for_workers(start: WorkerStart, options: PoolOptions) -> tuple[WorkerStart, LogRelay]:
@@ -101,8 +125,8 @@ def for_workers(start: WorkerStart, options: PoolOptions) -> tuple[WorkerStart, 
     return dataclasses.replace(start, log_queue=relay.queue), relay
 
 
-def capture(worker_init: Callable[[], Any] | None = None) -> ScriptSetup:
-    """This process's set-up, as a worker should start with it."""
+def capture(worker_init: Callable[[], Any] | None = None, pool_index: int = 0) -> ScriptSetup:
+    """This process's set-up, as the workers of its pool ``pool_index`` should start with it."""
     manager = logging.Logger.manager
     levels = {name: logger.level for name, logger in manager.loggerDict.items() if isinstance(logger, logging.Logger)}
     levels = {name: level for name, level in levels.items() if level != logging.NOTSET}
@@ -121,6 +145,7 @@ def capture(worker_init: Callable[[], Any] | None = None) -> ScriptSetup:
         gym_log_level=gym.logger.min_level,
         registry=registry_copy(),
         worker_init=worker_init,
+        pool_index=pool_index,
     )
 
 
@@ -139,10 +164,10 @@ def setup_blob(setup: ScriptSetup) -> bytes:
         return cloudpickle.dumps(dataclasses.replace(setup, registry=kept))
 
 
-def apply(setup: ScriptSetup, log_queue: Any, worker: int | None = None) -> None:
-    """In worker ``worker``, before its env_fns are loaded: take on ``setup``; log records go to
-    ``log_queue`` (:mod:`~shmvec.engine.log_relay`). ``worker`` None (the timing process): the
-    global generators take the parent's states as they are."""
+def apply(setup: ScriptSetup, log_queue: Any, worker: int | None = None, restarts: int = 0) -> None:
+    """In worker ``worker``, restarted ``restarts`` times before, before its env_fns are loaded:
+    take on ``setup``; log records go to ``log_queue`` (:mod:`~shmvec.engine.log_relay`).
+    ``worker`` None (the timing process): the global generators take the parent's states as they are."""
     for name in set(os.environ) - set(setup.environ):
         del os.environ[name]
     os.environ.update(setup.environ)
@@ -154,7 +179,9 @@ def apply(setup: ScriptSetup, log_queue: Any, worker: int | None = None) -> None
     logging.disable(setup.log_disable)
     random_state, numpy_state = setup.random_state, setup.numpy_state
     if worker is not None:
-        random_state, numpy_state = worker_rng_states(random_state, numpy_state, worker)
+        random_state, numpy_state = worker_rng_states(
+            random_state, numpy_state, worker, pool_index=setup.pool_index, restarts=restarts
+        )
     random.setstate(random_state)
     np.random.set_state(numpy_state)
     gym.logger.min_level = setup.gym_log_level
@@ -163,38 +190,48 @@ def apply(setup: ScriptSetup, log_queue: Any, worker: int | None = None) -> None
         setup.worker_init()
 
 
-def worker_rng_states(random_state: tuple, numpy_state: tuple, worker: int) -> tuple[tuple, tuple]:
-    """The states worker ``worker`` starts ``random`` and ``np.random`` from, given the main process's
-    states of them (``random.getstate()``, ``np.random.get_state()``) when the pool was made.
+def worker_rng_states(
+    random_state: tuple, numpy_state: tuple, worker: int, *, pool_index: int = 0, restarts: int = 0
+) -> tuple[tuple, tuple]:
+    """The states worker ``worker`` of the process's pool ``pool_index`` (0 for its first pool: see
+    :func:`pools_made`), restarted ``restarts`` times before, starts ``random`` and ``np.random``
+    from, given the main process's states of them (``random.getstate()``, ``np.random.get_state()``)
+    when the pool was made. Reads its arguments only: no generator of the caller moves.
 
-    Each generator is seeded with 256 bits drawn from ``np.random.SeedSequence(entropy, spawn_key=(worker,))``,
-    ``entropy`` being the SHA-256 of the parent's state of that same generator: workers draw
-    independent streams, and a script that seeds a generator the same way gets the same streams
-    again (one it leaves unseeded differs run to run, as in the main process).
+    Each generator is seeded with 256 bits drawn from
+    ``np.random.SeedSequence(entropy, spawn_key=(pool_index, worker, restarts))``, ``entropy`` being
+    the SHA-256 of the parent's state of that same generator: workers, pools made one after the
+    other (train envs, then eval envs) and a worker's lives draw independent streams, and a
+    script that seeds a generator the same way gets the same streams again, as it makes its pools
+    in the same order (one it leaves unseeded differs run to run, as in the main process).
 
     Example:
         >>> import random, numpy as np
         >>> seeded = random.Random(0).getstate(), np.random.RandomState(0).get_state()  # random.seed(0) ...
-        >>> def first_draws(worker):
+        >>> def first_draws(worker, **where):
         ...     stdlib, legacy = random.Random(), np.random.RandomState()
-        ...     random_state, numpy_state = worker_rng_states(*seeded, worker)
+        ...     random_state, numpy_state = worker_rng_states(*seeded, worker, **where)
         ...     stdlib.setstate(random_state); legacy.set_state(numpy_state)
         ...     return stdlib.random(), legacy.random_sample()
         >>> first_draws(0) != first_draws(1), first_draws(0) == first_draws(0)
         (True, True)
+        >>> first_draws(0) != first_draws(0, pool_index=1), first_draws(0) != first_draws(0, restarts=1)
+        (True, True)
     """
+    spawn_key = (pool_index, worker, restarts)
     version, words, gauss = random_state
-    stdlib_seed = _derived_seed(b"random", np.array(words, np.uint32).tobytes() + repr(gauss).encode(), worker)
+    stdlib_bytes = np.array(words, np.uint32).tobytes() + repr(gauss).encode()
+    stdlib_seed = _derived_seed(b"random", stdlib_bytes, spawn_key)
     name, key, position, has_gauss, cached = numpy_state
     numpy_bytes = np.asarray(key, np.uint32).tobytes() + repr((name, int(position), int(has_gauss), cached)).encode()
-    numpy_seed = _derived_seed(b"numpy", numpy_bytes, worker)
+    numpy_seed = _derived_seed(b"numpy", numpy_bytes, spawn_key)
     stdlib = random.Random(int.from_bytes(stdlib_seed.tobytes(), "little"))
     return stdlib.getstate(), np.random.RandomState(numpy_seed).get_state()
 
 
-def _derived_seed(generator: bytes, state: bytes, worker: int) -> np.ndarray:
+def _derived_seed(generator: bytes, state: bytes, spawn_key: tuple[int, int, int]) -> np.ndarray:
     entropy = int.from_bytes(hashlib.sha256(generator + state).digest(), "little")
-    return np.random.SeedSequence(entropy, spawn_key=(worker,)).generate_state(8)
+    return np.random.SeedSequence(entropy, spawn_key=spawn_key).generate_state(8)
 
 
 def after_env_built(setup: ScriptSetup) -> None:

@@ -128,6 +128,7 @@ def worker_main(
     max_spin: float,
     n_threads: int | None,
     main_pid: int,
+    restarts: int,
 ) -> None:
     """Entry point of a worker process (see :mod:`shmvec.engine.pool` for the data flow)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
@@ -140,7 +141,7 @@ def worker_main(
         try:
             what = f"envs {first_env}..{stop_env - 1}"
             setup = _load(setup_blob, f"the set-up (worker_init, registered envs) of its {what}", worker)
-            script_setup.apply(setup, log_queue, worker)  # first: the environment variables, read by what follows
+            script_setup.apply(setup, log_queue, worker, restarts)  # first: the environment variables, read below
             limit_threads(n_threads)
             env_fns, env_wrapper = _load(env_fns_blob, f"the env_fns of its {what}", worker)
             env_fns = [_keeping_setup(env_fn, setup) for env_fn in env_fns]
