@@ -15,7 +15,8 @@ noisy = logging.getLogger("probe.noisy")
 
 class LoggingEnv(gym.Env):
     """Logs ``"reset in <pid>"`` on logger ``probe`` at each reset; ``per_step`` records of
-    ``size`` characters on ``probe.noisy`` at each step; :meth:`shout` one record of a given length."""
+    ``size`` characters on ``probe.noisy`` at each step (:meth:`burst`: at a call); :meth:`shout` one record
+    of a given length; :meth:`wide` one too large for a datagram."""
 
     def __init__(self, per_step: int = 0, size: int = 100):
         self.per_step, self.size = per_step, size
@@ -31,6 +32,17 @@ class LoggingEnv(gym.Env):
         for i in range(self.per_step):
             noisy.info("%d %s", i, "n" * self.size)
         return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def burst(self, n: int) -> None:
+        """Log ``n`` records of ``size`` characters on ``probe.noisy``."""
+        for i in range(n):
+            noisy.info("%d %s", i, "n" * self.size)
+
+    def wide(self, chars: int = 40_000, extra_chars: int = 2_000) -> int:
+        """Log one record of ``chars`` two-byte characters with an ``extra=`` attribute ``blob`` of
+        ``extra_chars``: too large for one datagram in every way; returns the pid."""
+        log.info("wide:%s", "\u00e9" * chars, extra={"blob": "b" * extra_chars})
+        return os.getpid()
 
     def shout(self, length: int) -> int:
         """Log one record whose message is ``"<length>:"`` and ``length`` characters; returns the pid."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import logging
 import multiprocessing as mp
+import pickle
+import socket
 import threading
 
 import numpy as np
@@ -92,6 +94,41 @@ def test_a_record_too_long_for_one_datagram_in_any_form_is_cut_in_the_sender():
     assert len(sent) == 3 and all(len(data) <= log_relay.MAX_RECORD_BYTES for data in sent)
 
 
+def test_a_record_too_large_for_a_datagram_in_every_way_leaves_the_logging_call_and_arrives_cut(probe_logs, closing):
+    """Two-byte text and an ``extra=`` attribute, both too large: a cut that never ends would show as
+    the call's timeout (the worker spinning inside one ``logging`` call)."""
+    envs = closing(ShmVectorEnv([LoggingEnv], n_workers=1, timeout=10))
+    (pid,) = envs.call("wide")
+    envs.close()
+    (record,) = [record for record in probe_logs.records if record.getMessage().startswith("wide:")]
+    message = record.getMessage()
+    assert "shmvec's log relay cut" in message and message.endswith("\u00e9" * 1000), message[:200]
+    assert record.blob.startswith("bbb") and "shmvec's log relay cut" in record.blob  # a string stays one
+    assert record.process == pid
+
+
+def test_the_count_of_dropped_records_is_sent_once_the_relay_has_room_again(monkeypatch):
+    """Without the worker logging again: a thread of its sends the count as the relay takes records."""
+    monkeypatch.setattr(log_relay, "SEND_WAIT", 0.01)
+    read, write = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        read.settimeout(20)  # a notice that never comes fails the test
+        sender, queued = log_relay.RecordSender(write), 0
+        while sender._send(b"filler", 0.0):
+            queued += 1
+        for _ in range(3):
+            sender.put_nowait(logging.makeLogRecord({"msg": "lost"}))
+        assert sender.dropped == 3
+        for _ in range(queued):
+            assert read.recv(1 << 18) == b"filler"
+        note = pickle.loads(read.recv(1 << 18))
+        assert note.name == "shmvec" and note.getMessage().startswith("shmvec: 3 log records of worker process")
+        assert sender.dropped == 0
+    finally:
+        read.close()
+        write.close()
+
+
 class Raising(logging.Filter):
     """A filter that expects what a ``LoggerAdapter`` of the main process adds."""
 
@@ -151,6 +188,34 @@ def test_a_relay_that_does_not_keep_up_costs_workers_a_bounded_wait_then_counted
     assert f"worker process {pid}" in note
     assert 0 < dropped < sent and dropped + len(stuck.records) == sent, (note, len(stuck.records))
     assert f"reset in {pid}" in probe_logs.messages()
+
+
+def test_the_count_of_dropped_records_arrives_though_the_worker_logs_nothing_more(probe_logs, closing):
+    noisy, shmvec_logger, release = logging.getLogger("probe.noisy"), logging.getLogger("shmvec"), threading.Event()
+    sent = 10_000  # records of ~1 KB: more than the socket buffer holds
+
+    class Stuck(Collected):
+        def emit(self, record):
+            release.wait(60)
+            super().emit(record)
+
+    stuck, notes = Stuck(), Collected()
+    noisy.addHandler(stuck)
+    shmvec_logger.addHandler(notes)
+    try:
+        envs = closing(ShmVectorEnv([functools.partial(LoggingEnv, size=1000)], n_workers=1, timeout=30))
+        envs.call("burst", sent)  # against a relay stuck on the first record; then the worker logs nothing
+        release.set()
+        (pid,) = pool_pids(envs)
+        envs.close()  # the relay takes the workers' last records
+    finally:
+        release.set()
+        noisy.removeHandler(stuck)
+        shmvec_logger.removeHandler(notes)
+    (note,) = [message for message in notes.messages() if "dropped" in message]
+    dropped = int(note.split(" log records")[0].rsplit(" ", 1)[-1].replace(",", ""))
+    assert f"worker process {pid}" in note
+    assert 0 < dropped < sent and dropped + len(stuck.records) == sent, (note, len(stuck.records))
 
 
 @pytest.mark.parametrize("propagate", [True, False])
