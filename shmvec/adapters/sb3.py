@@ -12,6 +12,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec.adapters import dropin_args
+from shmvec.adapters.dropin_args import DEFAULT_NONE
 from shmvec.adapters.timings_view import TimingsView
 from shmvec.backends import make_pool
 from shmvec.engine import ops
@@ -107,13 +108,13 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
         n_workers: int | None = None,
-        start_method: str | None = None,
+        start_method: str | None = DEFAULT_NONE,  # SubprocVecEnv's second: one given twice is a TypeError there
         *,
         copy: bool = True,
         pin_memory: bool | None = None,
         **pool_options: Any,
     ):
-        n_workers, start_method = dropin_args.subproc_vec_env(n_workers, start_method)
+        n_workers, start_method = dropin_args.subproc_vec_env(type(self).__name__, n_workers, start_method)
         options = PoolOptions.from_kwargs(
             type(self).__name__, n_workers=n_workers, start_method=start_method, **pool_options
         )

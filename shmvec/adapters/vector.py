@@ -117,15 +117,15 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
         n_workers: int | None = None,
-        *async_args: Any,  # AsyncVectorEnv's positional order, after a bool second (see below)
-        copy: bool = True,
-        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
-        observation_mode: str | tuple[Space, Space] = "same",
+        *async_args: Any,  # AsyncVectorEnv's positional order after a bool second; its keywords: see dropin_args
+        copy: bool = dropin_args.DEFAULT_TRUE,
+        autoreset_mode: AutoresetMode | str = dropin_args.DEFAULT_NEXT_STEP,
+        observation_mode: str | tuple[Space, Space] = dropin_args.DEFAULT_SAME,
         batch_size: int | None = None,
         device: Any = None,
-        shared_memory: bool = True,
-        context: str | None = None,
-        daemon: bool = True,
+        shared_memory: bool = dropin_args.DEFAULT_TRUE,
+        context: str | None = dropin_args.DEFAULT_NONE,
+        daemon: bool = dropin_args.DEFAULT_TRUE,
         **pool_options: Any,
     ):
         super().__init__()

@@ -10,6 +10,8 @@ These are the cases where SB3's upstream ``tests/test_vec_envs.py`` failed again
 from __future__ import annotations
 
 import copy
+import inspect
+import re
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,7 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv
 
 from shmvec import ShmPoolVecEnv
+from shmvec.adapters import dropin_args
 from shmvec.errors import InvalidActionError
 from tests.adapters import start_probe
 from tests.envs import TupleActionEnv, make_dict_action
@@ -210,11 +213,44 @@ def test_start_method_second_as_subprocvecenv_takes_it(start_method, monkeypatch
     assert shm._pool.options.start_method == start_method
 
 
-def test_a_string_second_is_a_start_method_only_without_one():
-    with pytest.raises(ValueError, match="n_workers must be an int .* got 'spawn'"):
-        ShmPoolVecEnv([make_dict_action], "spawn", start_method="fork")
+def test_a_string_second_is_a_start_method_and_one_given_twice_is_a_type_error():
+    for second, keyword in [("spawn", "fork"), ("spawn", "spawn"), ("spawn", None)]:
+        with pytest.raises(TypeError, match="multiple values for argument 'start_method'"):
+            SubprocVecEnv([make_dict_action], second, start_method=keyword)
+        with pytest.raises(TypeError, match=r"^ShmPoolVecEnv\(\) got multiple values for argument 'start_method'$"):
+            ShmPoolVecEnv([make_dict_action], second, start_method=keyword)
     with pytest.raises(ValueError) as want:
         SubprocVecEnv([make_dict_action], "illegal_method")
     with pytest.raises(ValueError) as got:
         ShmPoolVecEnv([make_dict_action], "illegal_method")
     assert str(got.value) == str(want.value)
+
+
+# How SubprocVecEnv(env_fns, ...) takes its start_method: not at all, by position, by keyword, or both.
+# None second and a start_method keyword is left out: None there is ShmPoolVecEnv's own n_workers.
+SUBPROC_CALLS = [((), {})]
+SUBPROC_CALLS += [((method,), {}) for method in (None, "fork", "forkserver", "spawn", np.str_("spawn"))]
+SUBPROC_CALLS += [((), {"start_method": method}) for method in (None, "fork", "spawn")]
+SUBPROC_CALLS += [(("spawn",), {"start_method": method}) for method in (None, "fork", "spawn")]
+
+
+@pytest.mark.parametrize("args, kwargs", SUBPROC_CALLS)
+def test_every_call_subprocvecenv_takes_binds_its_start_method_as_there(args, kwargs):
+    """Pure: ShmPoolVecEnv's signature and its reading of the second argument bind what
+    ``inspect.signature(SubprocVecEnv).bind`` binds, or raise its TypeError."""
+    fns = [make_dict_action]
+    try:
+        theirs = inspect.signature(SubprocVecEnv).bind(fns, *args, **kwargs)
+    except TypeError as exc:
+        bound = inspect.signature(ShmPoolVecEnv).bind(fns, *args, **kwargs).arguments
+        with pytest.raises(TypeError, match=re.escape(str(exc))):
+            dropin_args.subproc_vec_env("ShmPoolVecEnv", bound["n_workers"], bound["start_method"])
+        return
+    theirs.apply_defaults()
+    ours = inspect.signature(ShmPoolVecEnv).bind(fns, *args, **kwargs)
+    ours.apply_defaults()
+    n_workers, start_method = dropin_args.subproc_vec_env(
+        "ShmPoolVecEnv", ours.arguments["n_workers"], ours.arguments["start_method"]
+    )
+    assert n_workers is None
+    assert start_method is theirs.arguments["start_method"]

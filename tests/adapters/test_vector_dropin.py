@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import multiprocessing
 import re
 import subprocess
@@ -26,9 +27,12 @@ from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import batch_differing_spaces
+from hypothesis import given
+from hypothesis import strategies as st
 
 import shmvec
 from shmvec import ShmVectorEnv
+from shmvec.adapters import dropin_args
 from shmvec.options import default_start_method
 from tests.adapters import start_probe
 from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence
@@ -615,8 +619,12 @@ WRONG_ARGUMENTS = {
     "a worker": ((), {"worker": lambda *args: None}, "runs its own workers: worker= must be None"),
     "copy twice": ((False, True), {"copy": False}, "got multiple values for argument 'copy'"),
     "shared_memory twice": ((False,), {"shared_memory": False}, "got multiple values for argument 'shared_memory'"),
+    "copy twice, at its default value": ((True, False), {"copy": True}, "got multiple values for argument 'copy'"),
+    "worker twice": ((True, True, None, True, None), {"worker": None}, "got multiple values for argument 'worker'"),
     "positional after n_workers": ((2, True), {}, "takes env_fns and n_workers positionally"),
-    "too many": ((False, True, None, True, None, "same", "NextStep", 2), {}, "up to autoreset_mode, no more"),
+    "max_concurrency": ((False, True, None, True, None, "same", "NextStep", 2), {}, "max_concurrency= must be None"),
+    "max_concurrency by keyword": ((), {"max_concurrency": 2}, "max_concurrency= must be None"),
+    "too many": ((False, True, None, True, None, "same", "NextStep", None, 1), {}, "up to max_concurrency, no more"),
 }
 
 
@@ -630,3 +638,78 @@ def test_arguments_that_cannot_be_honoured_raise_type_error(case):
 def test_context_none_is_shmvecs_default_start_method(closing):
     shm = closing(ShmVectorEnv([start_probe.ProbeEnv] * 2, n_workers=1, context=None))
     assert shm._pool.options.start_method == default_start_method()
+
+
+# ---- how the arguments bind: as AsyncVectorEnv's signature binds them ----------------------
+
+ASYNC_PARAMETERS = [name for name in inspect.signature(AsyncVectorEnv).parameters if name != "env_fns"]
+BOOLS = [True, False, np.True_, np.False_]
+ASYNC_VALUES = {
+    "shared_memory": st.sampled_from(BOOLS),  # a bool: second, it is shared_memory, not n_workers
+    "copy": st.sampled_from(BOOLS),
+    "context": st.sampled_from([None, "fork", "spawn"]),
+    "daemon": st.sampled_from(BOOLS),
+    "worker": st.just(None),
+    "observation_mode": st.sampled_from(["same", "different", (Box(0, 1, (2, 3)), Box(0, 1, (3,)))]),
+    "autoreset_mode": st.sampled_from([*AutoresetMode, "NextStep", "SameStep"]),
+    "max_concurrency": st.just(None),
+}
+
+
+@st.composite
+def async_vector_env_calls(draw):
+    """AsyncVectorEnv's arguments after env_fns: the first ``k`` by position, some of the rest by
+    keyword, and sometimes one of the positional ones by keyword too (a TypeError there)."""
+    values = {name: draw(ASYNC_VALUES[name]) for name in ASYNC_PARAMETERS}
+    k = draw(st.integers(0, len(ASYNC_PARAMETERS)))
+    positional = tuple(values[name] for name in ASYNC_PARAMETERS[:k])
+    keywords = {name: values[name] for name in ASYNC_PARAMETERS[k:] if draw(st.booleans())}
+    if k and draw(st.booleans()):
+        twice = draw(st.sampled_from(ASYNC_PARAMETERS[:k]))
+        keywords[twice] = draw(ASYNC_VALUES[twice])  # the same value or another: twice either way
+    return positional, keywords
+
+
+def shmvec_binds(positional: tuple, keywords: dict):
+    """What ShmVectorEnv(fns, *positional, **keywords) binds, as its __init__ passes the arguments on (no pool)."""
+    bound = inspect.signature(ShmVectorEnv).bind(BOUNDED, *positional, **keywords)
+    bound.apply_defaults()
+    args = bound.arguments
+    own = {name: args[name] for name in dropin_args.ASYNC_KEYWORDS}
+    return dropin_args.bind_async_vector_env(
+        "ShmVectorEnv", args["n_workers"], args["async_args"], own, args["pool_options"]
+    )
+
+
+@given(async_vector_env_calls())
+def test_every_split_of_async_vector_env_arguments_binds_as_there(call):
+    positional, keywords = call
+    try:
+        theirs = inspect.signature(AsyncVectorEnv).bind(BOUNDED, *positional, **keywords)
+    except TypeError as exc:
+        with pytest.raises(TypeError, match=r"^ShmVectorEnv\(\) got " + re.escape(str(exc)) + "$"):
+            shmvec_binds(positional, keywords)
+        return
+    theirs.apply_defaults()
+    n_workers, ours, pool_options = shmvec_binds(positional, keywords)
+    assert n_workers is None and pool_options == {}
+    for name in ASYNC_PARAMETERS:
+        want, got = theirs.arguments[name], ours[name]
+        assert type(got) is type(want) and (got is want or got == want), f"{name}: {got!r}, not {want!r}"
+
+
+def test_the_second_argument_is_n_workers_unless_it_is_a_bool():
+    """``np.True_`` second is shared_memory, as ``True`` is; ``np.int64(2)`` is n_workers, as ``2`` is."""
+    for second in (True, np.True_, np.False_):
+        n_workers, args, _ = shmvec_binds((second,), {})
+        assert n_workers is None and args["shared_memory"] is second
+    for second in (2, np.int64(2), 0, None):
+        n_workers, args, _ = shmvec_binds((second,), {})
+        assert n_workers is second and args["shared_memory"] is True
+
+
+def test_an_argument_given_twice_raises_before_anything_starts():
+    with pytest.raises(TypeError, match=r"^ShmVectorEnv\(\) got multiple values for argument 'copy'$"):
+        ShmVectorEnv(BOUNDED, True, False, copy=True)
+    with pytest.raises(TypeError, match="multiple values for argument 'copy'"):
+        AsyncVectorEnv(BOUNDED, True, False, copy=True)
