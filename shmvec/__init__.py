@@ -7,6 +7,16 @@
 - :class:`TimingsCallback` - ``envs.timings`` in SB3's logger at each rollout's end (needs the ``[sb3]`` extra).
 """
 
+import sys
+
+# Checked before anything else is imported: elsewhere the first pool would fail deep inside
+# (no /dev/shm, no futex semaphores), or the first syntax Python 3.10 lacks.
+if not sys.platform.startswith("linux") or sys.version_info < (3, 11):
+    raise ImportError(
+        "shmvec supports Linux only (shared memory in /dev/shm, futex-backed POSIX semaphores, /proc), "
+        f"with Python 3.11 or later; this is {sys.platform!r} with Python {sys.version_info[0]}.{sys.version_info[1]}"
+    )
+
 from shmvec.adapters.registration import make_vec, register
 from shmvec.adapters.vector import ShmVectorEnv
 from shmvec.engine.pool import ShmPool

@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -305,3 +306,31 @@ def test_the_forkserver_never_preloads_the_main_script_once_a_pool_starts(tmp_pa
     at_import, at_pool = json.loads(result.stdout.strip().splitlines()[-1])
     assert at_import == ["__main__", "shmvec.engine.worker"]  # others' servers keep their own preload
     assert at_pool == ["shmvec.engine.worker"]
+
+
+@pytest.mark.parametrize(
+    "pretend, named",
+    [
+        ("sys.platform = 'darwin'", "this is 'darwin'"),
+        ("sys.platform = 'win32'", "this is 'win32'"),
+        ("sys.version_info = (3, 10, 14, 'final', 0)", "with Python 3.10"),
+    ],
+    ids=["macos", "windows", "python-3.10"],
+)
+def test_import_elsewhere_than_linux_fails_at_once_saying_what_is_supported(pretend, named):
+    """A fresh interpreter that reads as another platform (or an older Python) gets an ImportError
+    from ``import shmvec`` itself, before any pool, naming Linux, /dev/shm and Python 3.11."""
+    code = f"import sys\n{pretend}\nimport shmvec\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: shmvec supports Linux only (shared memory in /dev/shm"), last
+    assert "with Python 3.11 or later" in last and named in last, last
+
+
+def test_linux_is_the_platform_the_package_declares():
+    tomllib = pytest.importorskip("tomllib")
+    with open(Path(__file__).parents[1] / "pyproject.toml", "rb") as file:
+        project = tomllib.load(file)["project"]
+    systems = [c for c in project.get("classifiers", []) if c.startswith("Operating System")]
+    assert systems == ["Operating System :: POSIX :: Linux"]
