@@ -17,10 +17,26 @@ The process ends with the caller's need of it: a watchdog thread sees the main p
 main process gives up on it (:data:`TIMING_TIMEOUT`, Ctrl-C), SIGTERM raises in its main thread
 (a wait in ``time.sleep``, a socket or a lock is cut short) so the env is closed on the way
 out, and after a grace period the process exits or is killed all the same.
+
+Nothing the env started outlives the timing process: a simulator launched by its constructor,
+which a stop cuts short before ``close()`` exists to be called, would otherwise be re-parented to
+init and keep its port, GPU memory or licence seat from the workers. The timing process is a child
+subreaper (``PR_SET_CHILD_SUBREAPER``: every orphan below it, a daemon that double-forked and
+called ``setsid`` included, is re-parented to it) and leads a process group of its own. Before it
+answers, and however else it ends (stopped, orphaned), it gives what is left below it SIGTERM, then
+:data:`DESCENDANT_GRACE` to exit, then SIGKILL: the workers start only after all of it is gone.
+The main process, when it has to kill a timing process that did not stop, stops it and SIGKILLs
+its tree first (:func:`kill_tree`); once it has ended, the main process SIGKILLs what is left of
+its group. What escapes: a descendant that left the group
+(``setsid``, ``setpgid``) of a timing process killed by someone else (the out-of-memory killer, a
+SIGKILL from outside), as it then had nobody to be re-parented to but init. Outside the terminal's
+foreground group, the timing process and what it started get no Ctrl-C from the terminal: the main
+process's KeyboardInterrupt stops them, as above.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import pickle
@@ -45,6 +61,9 @@ TIMING_PROCESS = "timing"  # its name after the worker prefix
 CLOSE_GRACE = 5.0  # seconds a timing process told to stop (SIGTERM) has to close its env before it is killed
 PARENT_CHECK_INTERVAL = 0.25  # seconds between the timing process's checks that the main process lives
 ORPHAN_GRACE = 0.5  # seconds an orphaned timing process gives its env to close before it exits anyway
+DESCENDANT_GRACE = 1.0  # seconds what the env started and did not end has, after SIGTERM, before SIGKILL
+KILL_ROUNDS_TIMEOUT = 2.0  # seconds kill_tree keeps killing what keeps appearing (forks racing the kill)
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
 class TimingFailed(RuntimeError):
@@ -56,12 +75,12 @@ def timer(start_method: str, start: WorkerStart) -> Callable[[Callable[[], Any]]
     return functools.partial(time_in_process, mp_context(start_method), start)
 
 
-def time_in_process(
-    ctx: Any, start: WorkerStart, env_fn: Callable[[], Any], timeout: float = TIMING_TIMEOUT
-) -> EnvTiming:
+def time_in_process(ctx: Any, start: WorkerStart, env_fn: Callable[[], Any], timeout: float | None = None) -> EnvTiming:
     """:func:`~shmvec.engine.env_timing.time_env_and_machine` of ``env_fn``, run in a new process
     of ``ctx`` that starts as a worker with ``start``; raises :class:`TimingFailed`, or
-    :class:`~shmvec.engine.outside_effects.NotTimed` for an env that would be seen."""
+    :class:`~shmvec.engine.outside_effects.NotTimed` for an env that would be seen. ``timeout``:
+    :data:`TIMING_TIMEOUT` (read at the call) if None."""
+    timeout = TIMING_TIMEOUT if timeout is None else timeout
     receiver, sender = ctx.Pipe(duplex=False)
     prefix = SCRIPT_WORKER_PREFIX if start.import_main else WORKER_NAME_PREFIX
     args = (sender, start.setup, cloudpickle.dumps(env_fn), start.worker_threads, os.getpid())
@@ -87,15 +106,22 @@ def time_in_process(
 
 
 def _end(process: Any, wait: float) -> None:
-    """Let ``process`` exit within ``wait`` seconds, else tell it to stop (its env closes) and
-    kill it after :data:`CLOSE_GRACE`."""
-    process.join(wait)
-    if process.exitcode is None:
-        process.terminate()
-        process.join(CLOSE_GRACE)
-    if process.exitcode is None:
-        process.kill()
-        process.join()
+    """Let ``process`` exit within ``wait`` seconds, else tell it to stop (its env closes, what the
+    env started ends) and kill it and its tree after :data:`CLOSE_GRACE`; then kill what is left of
+    its process group. A Ctrl-C during the grace skips to the kill."""
+    try:
+        process.join(wait)
+        if process.exitcode is None:
+            process.terminate()
+            process.join(CLOSE_GRACE)
+    finally:
+        if process.exitcode is None:
+            kill_tree(process.pid, root_too=True)
+            process.join()
+        _kill_group_left_of(process.pid)
+
+
+# ==== the timing process ====================================================================
 
 
 class _Stop(BaseException):
@@ -103,26 +129,42 @@ class _Stop(BaseException):
     A BaseException, so that an env's ``except Exception`` does not hold it."""
 
 
+_stop_armed = True  # SIGTERM raises _Stop once, and never while the process ends what its env started
+
+
 def _stop(signum, frame) -> None:
-    raise _Stop
+    global _stop_armed
+    if _stop_armed:
+        _stop_armed = False  # a second SIGTERM (the watchdog's, then the main process's) must not cut close() short
+        raise _Stop
 
 
 def _time_here(sender: Any, setup_blob: bytes, env_fn_blob: bytes, n_threads: int | None, main_pid: int) -> None:
-    """The timing process: take on the script's set-up, time the env, send back
+    """The timing process: take on the script's set-up, time the env, end all it started, send back
     ``("timed", *EnvTiming)``, ``("not timed", why)`` or ``("failed", the error in a line)``."""
+    global _stop_armed
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    _adopt_what_the_env_starts()  # before anything here can start a process
     signal.signal(signal.SIGTERM, _stop)
     _start_orphan_watchdog(main_pid)
+    result: tuple | None = None
     try:
         try:
             apply(cloudpickle.loads(setup_blob), None)
             limit_threads(n_threads)  # as a worker's: the env is timed as it will run
-            result: tuple = _time_quietly(cloudpickle.loads(env_fn_blob))
+            result = _time_quietly(cloudpickle.loads(env_fn_blob))
         except Exception as exc:
             result = ("failed", f"{type(exc).__name__}: {exc}")
-        sender.send_bytes(pickle.dumps(result))
-    except (_Stop, OSError):
-        pass  # told to stop, or nobody is listening any more: the env closed on the way here
+    except _Stop:
+        pass  # told to stop: the env closed on the way here, if it existed
+    finally:
+        _stop_armed = False  # first, before any call (where a handler may run): a SIGTERM cannot cut this short
+        end_descendants(DESCENDANT_GRACE)
+    try:
+        if result is not None:  # the answer comes once all the env started is gone: the workers start after it
+            sender.send_bytes(pickle.dumps(result))
+    except OSError:
+        pass  # nobody is listening any more
     finally:
         sender.close()
 
@@ -152,6 +194,129 @@ def _start_orphan_watchdog(main_pid: int) -> None:
             time.sleep(PARENT_CHECK_INTERVAL)
         signal.pthread_kill(main_thread, signal.SIGTERM)  # _Stop in the main thread: the env closes
         time.sleep(ORPHAN_GRACE)
-        os._exit(ORPHAN_EXIT_CODE)  # the env did not close in time; nobody is left to report to
+        kill_tree(os.getpid())  # the env did not close in time: what it started goes with it
+        os._exit(ORPHAN_EXIT_CODE)  # nobody is left to report to
 
     threading.Thread(target=watch, name="shmvec-orphan-watchdog", daemon=True).start()
+
+
+def _adopt_what_the_env_starts() -> None:
+    """Make this process the child subreaper of all that the env starts, and the leader of a process group
+    of its own. Outside the terminal's foreground group it would be stopped writing to the terminal
+    (``stty tostop``) or reading from it: it ignores SIGTTOU (the write goes through) and SIGTTIN
+    (the read fails with EIO), as do the processes it starts."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass  # the subreaper still covers all but a kill from outside
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    signal.signal(signal.SIGTTIN, signal.SIG_IGN)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # no prctl: orphans go to init, though the main process still ends what stays in the group
+
+
+# ==== process trees ===========================================================================
+
+
+def end_descendants(grace: float) -> None:
+    """End all this process's descendants: SIGTERM, up to ``grace`` seconds to exit, then SIGKILL.
+    As a child subreaper it has every orphan below it as a child, so none is missed."""
+    if not _has_children():
+        return  # the usual case, without a look through /proc
+    for pid in _descendants(os.getpid()):
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _reap_children() and _descendants(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    kill_tree(os.getpid())
+    _reap_children()
+
+
+def kill_tree(root: int, root_too: bool = False) -> None:
+    """SIGKILL every live descendant of ``root``, in rounds until none is left (one may fork
+    while the others die), then ``root`` itself if ``root_too``. ``root`` is stopped (SIGSTOP)
+    first: a subreaper that cannot run still adopts, but starts nothing and reaps nothing."""
+    if root_too:
+        _signal(root, signal.SIGSTOP)
+    deadline = time.monotonic() + KILL_ROUNDS_TIMEOUT
+    while True:
+        pids = _descendants(root)
+        if not pids or time.monotonic() > deadline:
+            break
+        for pid in pids:
+            _signal(pid, signal.SIGKILL)
+        if root == os.getpid():
+            _reap_children()
+        time.sleep(0.005)  # SIGKILL lands on the next scheduling of each: a second look sees them dead
+    if root_too:
+        _signal(root, signal.SIGKILL)
+
+
+def _kill_group_left_of(pid: int) -> None:
+    """SIGKILL what is left of the process group that the ended timing process ``pid`` led: orphans
+    of a timing process killed from outside (they went to init). Its number can be no other group's
+    while one of its members lives; it is left alone if ``pid`` is some new process's already."""
+    if _status(pid) is not None:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # no group left (the usual case), or it was never made
+
+
+def _descendants(root: int) -> list[int]:
+    """The live (not zombie) descendants of ``root``, parents before children, from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    live = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            status = _status(int(name))
+            if status is not None:
+                state, ppid = status
+                children.setdefault(ppid, []).append(int(name))
+                if state not in "ZX":
+                    live.add(int(name))
+    found, queue = [], [root]
+    while queue:
+        for child in children.get(queue.pop(), ()):
+            found.append(child)
+            queue.append(child)
+    return [pid for pid in found if pid in live]
+
+
+def _status(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of process ``pid`` from ``/proc/<pid>/stat``; None if there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold anything
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode(), int(fields[1])
+
+
+def _has_children() -> bool:
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def _reap_children() -> bool:
+    """Reap this process's exited children; whether it still has any."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
