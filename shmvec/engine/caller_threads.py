@@ -25,7 +25,12 @@ reduced count. ``close()`` in the thread that stepped gives it its count back; a
 in another thread (a ``finally:`` block, a finalizer) cannot change a count that is not its
 own, so the thread that stepped gets it back at its next step or call into a vector env (the
 closed one raises ``ClosedEnvError``), or at its next garbage collection (a training step
-allocates), whichever comes first. torch is looked up when the caller steps, never imported.
+allocates), whichever comes first. Pools opened one inside another may close in any order, from any
+thread: each undoes its count only while that count is in force, and one closed under a
+newer one hands that one the count to go back to (:func:`_settle`). A count the caller sets
+itself is kept, unless it is the very count a pool set (the two cannot be told apart); so is
+one in force when the thread settles, even a ``threadpool_limits`` block's that ends later.
+torch is looked up when the caller steps, never imported.
 """
 
 from __future__ import annotations
@@ -69,7 +74,7 @@ class CallerThreads:
         self._read_cpu = False
         self._cpu_samples: list[float] = []  # its CPU time before each step of this window
         self._samples: list[float] = []  # the caller's compute (wall time) before each step of this window
-        self._saved: tuple[int, int, threading.Thread] | None = None  # (count before, count set, thread) while reduced
+        self._saved: Reduction | None = None  # while reduced
 
     def step(self) -> None:
         """The caller asks for a step: note its compute since the last return; every
@@ -110,7 +115,7 @@ class CallerThreads:
         if self._saved is None:
             if caller_time < LIGHT:
                 self._reduce()
-        elif caller_time > HEAVY and threading.current_thread() is self._saved[2]:
+        elif caller_time > HEAVY and threading.current_thread() is self._saved.thread:
             self._restore()
 
     def returned(self) -> None:
@@ -124,11 +129,12 @@ class CallerThreads:
         """Put torch's thread count back (in the thread that stepped: now if it is this one, else
         owed to it, see the module doc) and end the short spins."""
         if self._saved is not None:
-            before, count, thread = self._saved
+            thread = self._saved.thread
             if thread is threading.current_thread():
                 self._restore()
-            elif thread.is_alive():  # its count died with it otherwise
-                _owe(thread, before, count)
+            else:
+                self._saved.released = True
+                _owe(thread)
         self._saved = None
         self.collect_threads = None  # no more changes
         if self.short_spin is not None:
@@ -142,7 +148,8 @@ class CallerThreads:
         if before == self.collect_threads or (before < self.collect_threads and not self.fixed):
             return  # "auto" never adds threads
         _set_here(torch, self.collect_threads)
-        self._saved = (before, self.collect_threads, threading.current_thread())
+        self._saved = Reduction(before, self.collect_threads)
+        _reductions.setdefault(self._saved.thread, []).append(self._saved)
         logger.info(
             "shmvec: torch runs %d thread(s) instead of %d while the caller steps the pool (%s)",
             self.collect_threads,
@@ -151,21 +158,13 @@ class CallerThreads:
         )
 
     def _restore(self) -> None:
-        before, count, _ = self._saved
+        self._saved.released = True
         self._saved = None
-        _put_back(before, count)
+        _settle(threading.current_thread())
 
     def description(self) -> str:
         """What ``repr`` of a pool shows as ``torch_threads``."""
         return self.why
-
-
-def _put_back(before: int, count: int) -> None:
-    """This thread's torch count back to ``before``, unless the caller set one of its own since ``count``."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.get_num_threads() == count:
-        _set_here(torch, before)
-        logger.info("shmvec: torch runs %d thread(s) again", before)
 
 
 def _set_here(torch, count: int) -> None:
@@ -185,31 +184,80 @@ def _in_a_new_thread(fn, *args):
     return result[0]
 
 
-# Threads that stepped a pool that another thread closed: (their count before, the count set).
-_owed: dict[threading.Thread, tuple[int, int]] = {}
+class Reduction:
+    """A count a pool set in the thread that stepped it, in place of ``before``."""
+
+    def __init__(self, before: int, count: int):
+        self.before, self.count, self.thread = before, count, threading.current_thread()
+        self.released = False  # the pool no longer wants it: to be undone in its thread
 
 
-def _owe(thread: threading.Thread, before: int, count: int) -> None:
+# Each thread's reductions, oldest first. Pools opened one inside another reduce on top of each
+# other and may close in any order, from any thread: only the thread itself can set its count,
+# and a reduction undoes itself only while its count is in force (else the caller set another).
+_reductions: dict[threading.Thread, list[Reduction]] = {}
+# Threads that stepped a pool that another thread closed since: they settle at their next step or call.
+_owed: set[threading.Thread] = set()
+
+
+def _settle(thread: threading.Thread) -> None:
+    """In ``thread``: undo its released reductions whose count is in force, and forget the rest.
+
+    Reductions above the newest one whose count is in force were undone by the caller (a
+    ``threadpool_limits`` block that ended, its own ``set_num_threads``): forgotten. A released
+    one under a live one that took its count as ``before`` hands that one its own ``before``; a
+    released one in force is undone. The caller's own count is one no pool set: one that equals
+    the count of a reduction in force cannot be told from it.
+    """
+    ledger = _reductions.get(thread)
+    torch = sys.modules.get("torch")
+    if not ledger or torch is None:
+        return
+    now = torch.get_num_threads()
+    in_force = max((i for i, reduction in enumerate(ledger) if reduction.count == now), default=-1)
+    del ledger[in_force + 1 :]
+    i = 0
+    while i < len(ledger) - 1:
+        below, above = ledger[i], ledger[i + 1]
+        if below.released:
+            if above.before == below.count:
+                above.before = below.before
+            del ledger[i]
+        else:
+            i += 1
+    if ledger and ledger[-1].released:
+        reduction = ledger.pop()
+        _set_here(torch, reduction.before)
+        logger.info("shmvec: torch runs %d thread(s) again", reduction.before)
+    if not ledger:
+        del _reductions[thread]
+
+
+def _owe(thread: threading.Thread) -> None:
+    if not thread.is_alive():  # its count died with it
+        _reductions.pop(thread, None)
+        return
     if _collected not in gc.callbacks:
         gc.callbacks.append(_collected)
-    _owed[thread] = (before, count)
-    logger.info("shmvec: torch runs %d thread(s) again in %r at its next step or call into an env", before, thread)
+    _owed.add(thread)
+    logger.info("shmvec: torch's count in %r is put back at its next step or call into an env", thread)
 
 
 def settle_owed() -> None:
     """Give this thread back the torch count a pool set in it, if another thread closed that pool since."""
-    if _owed:
-        counts = _owed.pop(threading.current_thread(), None)
-        if counts is not None:
-            _put_back(*counts)
+    thread = threading.current_thread()
+    if thread in _owed:
+        _owed.discard(thread)
+        _settle(thread)
 
 
 def _collected(phase: str, info: dict) -> None:
     """At a garbage collection (in the thread that triggered it): settle that thread's count; forget ended threads."""
     if _owed and phase == "start":
         settle_owed()
-        for thread in [thread for thread in _owed if not thread.is_alive()]:
-            del _owed[thread]
+        for thread in [thread for thread in list(_reductions) if not thread.is_alive()]:
+            _reductions.pop(thread, None)
+            _owed.discard(thread)
 
 
 interrupts.on_closed(settle_owed)  # a thread that finds its env closed gets its count back there

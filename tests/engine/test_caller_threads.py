@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmvec import ClosedEnvError, ShmPoolVecEnv, ShmVectorEnv
 from shmvec.engine.caller_threads import HEAVY, LIGHT, WINDOW, CallerThreads
@@ -215,3 +217,150 @@ def test_a_bad_value_is_refused():
         ShmPoolVecEnv([cartpole] * 2, torch_threads=0)
     with pytest.raises(ValueError, match="torch_threads must be"):
         ShmPoolVecEnv([cartpole] * 2, torch_threads="one")
+
+
+# ---- adversarial: whatever the caller does, its counts come back --------------------------------
+
+
+def light_window(caller: CallerThreads) -> None:
+    for _ in range(WINDOW):
+        caller.step()
+        caller.returned()
+
+
+def heavy_window(caller: CallerThreads) -> None:
+    for _ in range(WINDOW):
+        caller.returned_at -= 1.0  # a second of the caller's compute since the last return
+        caller.step()
+        caller.returned()
+
+
+def release_elsewhere(caller: CallerThreads) -> None:
+    thread = threading.Thread(target=caller.release)
+    thread.start()
+    thread.join()
+
+
+# What a caller does between opening its pools (one inside another) and closing them (in any order).
+ACTIONS = ["set", "light", "heavy", "limits", "close", "close elsewhere"]
+POOLS = [(1, True), (2, True), (3, True), (1, False), (2, False)]  # (count, an explicit one) or "auto" up to it
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_the_callers_counts_come_back_whatever_the_order(data):
+    """Generated callers: pools (an explicit count, or "auto") opened, stepped light and heavy,
+    closed in any order, twice, or from another thread; torch.set_num_threads and threadpoolctl
+    limits before, between and during. Once every pool is closed, the caller's thread has the
+    count it last set itself, and at every point a thread started anew gets that count too.
+
+    The caller's own counts (4, 5) are never one a pool sets (1 to 3): a count the caller set that
+    equals the one a pool set cannot be told from it (see shmvec.engine.caller_threads)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    before = torch.get_num_threads()
+    try:
+        run_generated_caller(data, threadpoolctl)
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_generated_caller(data, threadpoolctl) -> None:
+    last_set = data.draw(st.sampled_from([4, 5]), label="the caller's count")
+    torch.set_num_threads(last_set)
+    kinds = data.draw(st.lists(st.sampled_from(POOLS), min_size=1, max_size=3), label="pools (count, fixed)")
+    pools = [CallerThreads(count, fixed, None, "test") for count, fixed in kinds]
+    for pool, (count, fixed) in zip(pools, kinds):  # opened one inside another, each stepped
+        light_window(pool)
+        if fixed:
+            assert torch.get_num_threads() == count  # an explicit count from the first step
+    open_pools = list(range(len(pools)))
+    for _ in range(data.draw(st.integers(0, 8), label="actions")):
+        action = data.draw(st.sampled_from(ACTIONS))
+        if action == "set":
+            last_set = data.draw(st.sampled_from([4, 5]), label="set")
+            torch.set_num_threads(last_set)
+        elif action in ("light", "heavy"):
+            (light_window if action == "light" else heavy_window)(pools[data.draw(st.sampled_from(range(len(pools))))])
+        elif action == "limits":
+            limit, entry = data.draw(st.integers(1, 5), label="limits"), torch.get_num_threads()
+            with threadpoolctl.threadpool_limits(limits=limit, user_api="openmp"):
+                for i in data.draw(st.permutations(open_pools), label="stepped in the block"):
+                    if kinds[i][0] != entry:  # the block's end sets `entry` again: not a count this pool sets
+                        light_window(pools[i])
+        else:  # a close, maybe of a pool closed already
+            i = data.draw(st.sampled_from(range(len(pools))), label=action)
+            if action == "close elsewhere":
+                release_elsewhere(pools[i])
+                # settled now: a settling inside a limits block would see the block's count as the caller's
+                gc.collect()
+            else:
+                pools[i].release()
+            open_pools = [k for k in open_pools if k != i]
+        assert in_a_new_thread(torch.get_num_threads) == last_set  # the default for threads to come
+    for i in data.draw(st.permutations(open_pools), label="closed in this order"):
+        release_elsewhere(pools[i]) if data.draw(st.booleans(), label="elsewhere") else pools[i].release()
+        assert in_a_new_thread(torch.get_num_threads) == last_set
+    gc.collect()  # a thread whose pool another closed gets its count back here at the latest
+    assert torch.get_num_threads() == last_set
+    assert in_a_new_thread(torch.get_num_threads) == last_set
+
+
+def nested(counts: list[int]) -> list[CallerThreads]:
+    """Pools with explicit counts, opened one inside another, each stepped once (in this order)."""
+    pools = [CallerThreads(count, True, None, "test") for count in counts]
+    for pool in pools:
+        light_window(pool)
+    return pools
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)], ids=["first-opened-first", "last-opened-first"])
+@pytest.mark.parametrize("where", ["here", "elsewhere"])
+def test_nested_pools_closed_in_any_order_from_any_thread_give_the_count_back(order, where):
+    """torch at 4; a pool sets 3, a pool opened inside it sets 1; they close in either order, here
+    or both from another thread: the caller's thread is at 4 again, threads started later at 4 all along."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        pools = nested([3, 1])
+        assert torch.get_num_threads() == 1
+        for i in order:
+            pools[i].release() if where == "here" else release_elsewhere(pools[i])
+            assert in_a_new_thread(torch.get_num_threads) == 4
+        gc.collect()  # where this thread gets back what other threads closed, at the latest
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_threadpool_limits_block_between_nested_pools_is_the_callers_own_and_passes():
+    """A pool sets 3; inside a threadpool_limits(2) block a second pool steps (2 -> 1); the block
+    ends (3 again); the pools close, the first first: the caller's 4 is back."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        first, second = nested([3]) + [CallerThreads(1, True, None, "test")]
+        with threadpoolctl.threadpool_limits(limits=2, user_api="openmp"):
+            light_window(second)
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 3
+        first.release()
+        second.release()
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_count_the_caller_set_between_nested_pools_stays():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        first = nested([3])[0]
+        torch.set_num_threads(5)  # the caller's own, while the first pool runs
+        second = nested([1])[0]
+        first.release()
+        assert torch.get_num_threads() == 1  # the second pool's, still open
+        second.release()
+        assert torch.get_num_threads() == 5
+    finally:
+        torch.set_num_threads(before)
