@@ -5,8 +5,9 @@ In restart mode a worker found dead is not raised: the wait claims a restart for
 returns the claim (a :class:`~shmvec.engine.restart.Restart`), which its caller acts on.
 
 Every wait runs inside a pool call that holds Ctrl-C (:mod:`shmvec.ipc.interrupts`); a wait
-raises the KeyboardInterrupt held after a slice that ended without an answer, where what is
-owed is still counted as owed (:meth:`WorkerWaits.collect`)."""
+hands a held Ctrl-C to the caller's SIGINT handler (the default raises KeyboardInterrupt) after
+a slice that ended without an answer, where what is owed is still counted as owed
+(:meth:`WorkerWaits.collect`)."""
 
 from __future__ import annotations
 
@@ -53,10 +54,11 @@ class WorkerWaits(Breakable):
         ``deadline``: the call's, when it waits more than once (else one from ``timeout``).
         ``spin``: how long each wait spins before it blocks (else as the link's ``done`` learned).
 
-        A Ctrl-C held during the call (:mod:`shmvec.ipc.interrupts`) is raised after a slice
-        that ended without an answer: nothing was taken and left uncounted there, and what is
-        still owed stays owed, for :meth:`settle` to absorb. Unless the wait is ``resumable``
-        (an async reset's, whose envs would never come back) the pool breaks first.
+        A Ctrl-C held during the call (:mod:`shmvec.ipc.interrupts`) goes to the caller's handler
+        after a slice that ended without an answer: nothing was taken and left uncounted there,
+        and what is still owed stays owed, for :meth:`settle` to absorb, should the handler raise.
+        Unless the wait is ``resumable`` (an async reset's, whose envs would never come back) the
+        pool then breaks.
         """
         if not links:  # everything runs in the main process
             return []
@@ -91,10 +93,14 @@ class WorkerWaits(Breakable):
         return replies
 
     def _interrupted(self, resumable: bool) -> None:
-        """Raise the KeyboardInterrupt held during the call; break the pool first unless the wait is resumable."""
-        if not resumable:
-            self.break_on_interrupt("a wait that cannot resume (an async reset, or a restart)")
-        raise_held()
+        """Hand the Ctrl-Cs held during the call to the caller's SIGINT handler (the default raises
+        KeyboardInterrupt); should it raise, the pool breaks unless the wait is resumable."""
+        try:
+            raise_held()
+        except BaseException:
+            if not resumable:
+                self.break_on_interrupt("a wait that cannot resume (an async reset, or a restart)")
+            raise
 
     def break_on_interrupt(self, what: str) -> None:
         """A KeyboardInterrupt stopped ``what``, which cannot resume: the pool is unusable (its next call says so)."""
@@ -198,8 +204,11 @@ class WorkerWaits(Breakable):
     def _write_stalled(self, link: WorkerLink, deadline: float | None) -> None:
         """A slice of :meth:`write_request` without progress: raise a held Ctrl-C, a death or the deadline."""
         if held():
-            self.break_on_interrupt(f"a request half written to worker {link.index}")
-            raise_held()
+            try:
+                raise_held()
+            except BaseException:
+                self.break_on_interrupt(f"a request half written to worker {link.index}")
+                raise
         restart = self.check_alive(link, deadline)
         if restart is not None:
             self.break_for(restart.death)
@@ -221,7 +230,9 @@ class WorkerWaits(Breakable):
             except ShmVecError:
                 raise
             except Exception:
-                pass  # an env error of a step nobody waited for
+                if any(link.owes != IDLE for link in behind):  # a SIGINT handler's exception stopped the wait
+                    raise
+                # else an env error of a step nobody waited for
 
     def time_out(self, silent: list[int], timeout: float | None) -> NoReturn:
         """Envs ``silent`` did not answer within ``timeout`` (None: the pool's): they are stuck, and so is the pool."""

@@ -119,8 +119,9 @@ class Signal:
             return False
         except posix_ipc.SignalError:
             # A signal interrupted the wait. Report "nothing yet": Python runs the handler at
-            # the next bytecode; inside a pool call it only records a Ctrl-C, which the caller
-            # raises at once, as no post was taken (ipc.interrupts); else the caller waits again.
+            # the next bytecode; inside a pool call SIGINT's only counts a Ctrl-C, which the
+            # caller hands to the script's handler at once, as no post was taken (ipc.interrupts);
+            # if that returns, or the signal was another, the caller waits again.
             return False
         if learn and spin > 0.0:  # a blocked wait while off (no probe) says nothing new (see the module doc)
             self._learn(hit=False)

@@ -1,12 +1,17 @@
-"""A Ctrl-C storm, run as a script by tests/engine/test_interrupts.py: ``python ctrl_c_storm.py N_WORKERS MODE HELPER``.
+"""A Ctrl-C storm, run as a script by tests/engine/test_interrupts.py:
+``python ctrl_c_storm.py N_WORKERS MODE HELPER [HANDLER [SECONDS]]``.
 
 Another process sends SIGINT every 0.1-1 ms to this one, which steps 12 CartPoles (``MODE``:
 ``sync`` steps or ``async`` send/recv of every env of a ShmVectorEnv; ``main``: sync steps with
 a shard in the main process too; ``engine``: the ShmPool under it, driven directly; ``sb3``: a
 ShmPoolVecEnv, compared with SB3's ``DummyVecEnv``)
-with ``N_WORKERS`` workers, with an idle helper thread (``HELPER`` 1) or without. After each
-KeyboardInterrupt it steps on, comparing every step that returned with the reference; then,
-the storm over, 50 quiet steps. It prints what it counted as one JSON line. A script apart
+with ``N_WORKERS`` workers, with an idle helper thread (``HELPER`` 1) or without, for ``SECONDS``
+(4 by default). SIGINT's handler (``HANDLER``) is Python's ``default``, or one of the script's own:
+``flag`` (the first Ctrl-C sets a flag, every later one raises KeyboardInterrupt) or ``pair``
+(two handlers that replace each other: one returns, the other raises an exception of the
+script's, not a KeyboardInterrupt). After each interrupt it steps on, comparing every step that
+returned with the reference; then, the storm over, checks the handler it left (the one the
+script's handlers last installed) and makes 50 quiet steps. It prints what it counted as one JSON line. A script apart
 from the test module: it imports neither pytest nor (but in ``sb3`` mode) SB3, and an
 interrupt that escapes its own loop ends only it.
 
@@ -52,12 +57,55 @@ while time.monotonic() < stop_at:
 """
 
 
+class Interrupted(Exception):
+    """What the ``pair`` handler raises: not a KeyboardInterrupt (an ``except Exception`` catches it)."""
+
+
+INTERRUPTS = (KeyboardInterrupt, Interrupted)
+handlers = {"flagged": False, "installed": signal.default_int_handler}  # the script's view of SIGINT
+
+
+def flag_then_raise(signum, frame):
+    """The first Ctrl-C sets a flag (``asyncio.run`` cancels its task), every later one raises."""
+    if not handlers["flagged"]:
+        handlers["flagged"] = True
+        return
+    raise KeyboardInterrupt
+
+
+def returns(signum, frame):
+    """``pair``: this Ctrl-C is only noted; the next one goes to :func:`raises` (installed from here)."""
+    replace_with(raises)
+
+
+def raises(signum, frame):
+    """``pair``: this Ctrl-C raises Interrupted; the next one goes to :func:`returns` again."""
+    replace_with(returns)
+    raise Interrupted
+
+
+def replace_with(handler) -> None:
+    # noted first: a Ctrl-C right after the swap runs ``handler``, which notes its own successor
+    handlers["installed"] = handler
+    signal.signal(signal.SIGINT, handler)
+
+
+HANDLERS = {"default": signal.default_int_handler, "flag": flag_then_raise, "pair": returns}
+
+
 def cartpole():
     return gym.make("CartPole-v1")
 
 
 def same_step(got, want) -> bool:
-    return all(np.array_equal(g, w) for g, w in zip(got[:4], want[:4])) and got[4].keys() == want[4].keys()
+    return all(same(g, w) for g, w in zip(got[:4], want[:4])) and got[4].keys() == want[4].keys()
+
+
+def same(got, want) -> bool:
+    """``np.array_equal``, without its ``except Exception: return False``: an exception of a SIGINT
+    handler (``pair``'s) raised there must end the step as an interrupt, not count as a mismatch."""
+    got, want = np.asarray(got), np.asarray(want)
+    return got.shape == want.shape and bool((got == want).all())
 
 
 class Storm:
@@ -97,7 +145,7 @@ class Storm:
                 self.pause(True)
             self.seed += 1
             got, want = self.reset(self.seed), shielded(lambda: self.reset_ref(self.seed))
-            self.counts["mismatches"] += not np.array_equal(got, want)
+            self.counts["mismatches"] += not same(got, want)
             self.synced = True
             self.counts["quiet_resyncs" if self.paused else "resyncs"] += 1
             self.tries = 0
@@ -108,10 +156,10 @@ class Storm:
         got = self.step_env(actions)
         want = shielded(lambda: self.ref.step(actions))
         if self.mode == "sb3":  # obs, rewards, dones, infos
-            same = all(np.array_equal(g, w) for g, w in zip(got[:3], want[:3]))
+            agree = all(same(g, w) for g, w in zip(got[:3], want[:3]))
         else:
-            same = same_step(got, want)
-        self.counts["mismatches"] += not same
+            agree = same_step(got, want)
+        self.counts["mismatches"] += not agree
         self.synced = True
         self.counts["steps"] += 1
 
@@ -155,7 +203,7 @@ class Storm:
         while time.monotonic() < end:
             try:
                 self.step()
-            except KeyboardInterrupt:
+            except INTERRUPTS:
                 self.counts["interrupts"] += 1
             except Exception as exc:  # a wrong state: AlreadyPendingError, StepTimeoutError (a hang)...
                 where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -172,7 +220,7 @@ def between_signals(call, counts: dict | None = None, depth: int = 3):
     while True:
         try:
             return between_signals(call, counts, depth - 1)
-        except KeyboardInterrupt:
+        except INTERRUPTS:
             if counts is not None:
                 counts["interrupts"] += 1
 
@@ -204,13 +252,14 @@ def ignore_sigint() -> None:
         try:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             return
-        except KeyboardInterrupt:
+        except INTERRUPTS:
             pass
 
 
-def storm(n_workers: int, mode: str, helper: bool) -> dict:
+def storm(n_workers: int, mode: str, helper: bool, handler: str = "default", seconds: float = STORM_SECONDS) -> dict:
     """Step through a storm; return what was counted and how the process was left."""
     stop, masks = threading.Event(), {}
+    replace_with(HANDLERS[handler])
     if helper:  # idle, as torch's OpenMP threads or a Jupyter kernel's are; it reports its signal mask at the end
 
         def idle() -> None:
@@ -229,20 +278,21 @@ def storm(n_workers: int, mode: str, helper: bool) -> dict:
     else:  # "main": the main process steps a shard too, where a Ctrl-C raises in the envs' own code
         main_shard = True if mode == "main" else None
         env = ShmVectorEnv([cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0, main_shard=main_shard)
-    stop_at = time.monotonic() + STORM_SECONDS  # the sender stops itself: the storm's end is quiet
+    stop_at = time.monotonic() + seconds  # the sender stops itself: the storm's end is quiet
     sender = subprocess.Popen([sys.executable, "-c", SENDER, str(os.getpid()), repr(stop_at)], stdin=subprocess.PIPE)
     run = Storm(env, mode, sender)
     try:
         between_signals(lambda: run.run(stop_at), run.counts)
         between_signals(lambda: reap(sender))  # its last signals are delivered
         masks["main"] = between_signals(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, []))
-        handler_left = between_signals(lambda: signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        handler_left = between_signals(lambda: repr(signal.getsignal(signal.SIGINT)))
+        handler_as_installed = between_signals(lambda: signal.getsignal(signal.SIGINT) is handlers["installed"])
     finally:
         ignore_sigint()
         sender.stdin.close()
         sender.wait()
     time.sleep(0.01)  # its last signals, ignored
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, handlers["installed"])  # the quiet steps are held calls as well
     stop.set()
     if helper:
         thread.join()
@@ -252,9 +302,11 @@ def storm(n_workers: int, mode: str, helper: bool) -> dict:
             run.step()
     env.close()
     blocked = {name: signal.SIGINT in mask for name, mask in masks.items()}
-    return {**run.counts, "errors": run.errors, "sigint_blocked": blocked, "default_handler_left": handler_left}
+    left = {"handler_left": handler_left, "handler_as_installed": handler_as_installed}
+    return {**run.counts, "errors": run.errors, "sigint_blocked": blocked, **left}
 
 
 if __name__ == "__main__":
     n_workers, mode, helper = int(sys.argv[1]), sys.argv[2], bool(int(sys.argv[3]))
-    print(json.dumps(storm(n_workers, mode, helper)))
+    handler, seconds = (sys.argv[4:] + ["default"])[0], float((sys.argv[5:] + [STORM_SECONDS])[0])
+    print(json.dumps(storm(n_workers, mode, helper, handler, seconds)))

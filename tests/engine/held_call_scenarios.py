@@ -5,9 +5,10 @@
   in a simulator); another process sends SIGINT 0.5 s into it. Reports when the KeyboardInterrupt
   came after the signal, and whether the pool then steps as ``SyncVectorEnv`` does (after a
   seeded reset) or raises an error (its text). ``sends``: the steps are async sends and recvs.
-- ``alarms``: a ``SIGALRM`` handler of the script raises every 1-2 ms while it makes pool calls
-  for 2 s (a timeout helper, a ``SIGTERM`` handler); then reports SIGINT's handler and
-  whether a SIGINT raises ``KeyboardInterrupt``.
+- ``alarms [own]``: a ``SIGALRM`` handler of the script raises every 1-2 ms while it makes pool
+  calls for 2 s (a timeout helper, a ``SIGTERM`` handler); then reports SIGINT's handler and
+  whether a SIGINT raises ``KeyboardInterrupt``. ``own``: SIGINT's handler is the script's
+  (it raises KeyboardInterrupt too), not Python's default.
 - ``large-request``: an async reset whose options take 1 MB, while sends whose infos take
   300 kB each are in flight (more than a socket's buffer, each way). Reports what the reset,
   then recv, returned; the test's subprocess timeout is the watchdog of a deadlock.
@@ -130,8 +131,14 @@ def ring(signum, frame):
     raise Alarm
 
 
-def alarms() -> dict:
+def own_sigint(signum, frame):
+    raise KeyboardInterrupt
+
+
+def alarms(own: bool = False) -> dict:
     """Pool calls while a raising SIGALRM handler fires every 1-2 ms; how SIGINT is left."""
+    if own:
+        signal.signal(signal.SIGINT, own_sigint)
     before = signal.getsignal(signal.SIGINT)
     counts = {"alarms": 0, "calls": 0, "pools": 0, "errors": 0}
     pool: list[ShmVectorEnv] = []
@@ -245,7 +252,7 @@ if __name__ == "__main__":
     if scenario == "stuck":
         result = stuck(int(sys.argv[2]), sys.argv[3:] == ["sends"])
     elif scenario == "alarms":
-        result = alarms()
+        result = alarms(sys.argv[2:] == ["own"])
     elif scenario == "hung-reader":
         result = hung_reader()
     else:

@@ -5,7 +5,8 @@
   raises there at once, and the pool then steps on as the reference does (after an async
   send, whose envs' states are then unknown, it says it must be closed);
 - another signal handler that raises at any instant (SIGALRM every 1-2 ms) never leaves the
-  holding handler installed: SIGINT's handler is as before, and Ctrl-C raises;
+  holding handler installed: SIGINT's handler (Python's default, or the script's) is as
+  before, and Ctrl-C raises;
 - an async reset with 1 MB of options while sends that reply 300 kB each are in flight
   (more than a socket's buffer, each way) completes; to a worker stuck in an env, it times out.
 """
@@ -50,8 +51,9 @@ def test_a_ctrl_c_stops_an_env_stuck_in_an_async_send_and_the_pool_says_it_must_
     assert "close() the env" in report["after"], report
 
 
-def test_a_raising_alarm_handler_never_leaves_ctrl_c_held():
-    report = run_scenario("alarms")
+@pytest.mark.parametrize("sigint", [[], ["own"]], ids=["default-sigint-handler", "own-sigint-handler"])
+def test_a_raising_alarm_handler_never_leaves_ctrl_c_held(sigint):
+    report = run_scenario("alarms", *sigint)
     assert report["alarms"] >= 50 and report["calls"] >= 100, report  # the alarms hit, and calls went on
     assert report["handler_as_before"], report
     assert report["ctrl_c_raises"], report
