@@ -9,14 +9,20 @@ values come as torch tensors on it (:mod:`shmvec.adapters.torch_device`).
 from __future__ import annotations
 
 import copy as copy_module
+import time
 from typing import Any
 
 import numpy as np
 from gymnasium import Space
+from gymnasium.vector import AutoresetMode
 
+from shmvec.adapters.gym_infos import add_step_infos
 from shmvec.adapters.torch_device import DeviceHandoff
 from shmvec.engine.interface import Engine
+from shmvec.errors import ResetNeededError
 from shmvec.ipc import layout as lay
+
+_perf_counter = time.perf_counter
 
 
 class GymResults:
@@ -28,6 +34,12 @@ class GymResults:
     _obs_leaves: dict[tuple, np.ndarray]
     _flat_obs: np.ndarray | None
     _device: DeviceHandoff | None = None
+    autoreset_mode: AutoresetMode
+    num_envs: int
+    _needs_reset: np.ndarray
+    _actions: Any  # GymActions
+    _clock: Any  # the pool's CallClock
+    _add_info: Any  # VectorEnv._add_info
 
     def _host_actions(self, actions: Any) -> Any:
         """The caller's actions, with torch tensors as numpy arrays when a device is set."""
@@ -37,6 +49,38 @@ class GymResults:
         """Before a command lets the workers rewrite rows ``env_ids`` (None: all): copies still reading them end."""
         if self._device is not None:
             self._device.before_write(env_ids)
+
+    def _step_here(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Every env in this process: the step as one direct call (see :mod:`shmvec.engine.local_step`)."""
+        entered = _perf_counter()
+        try:
+            pool = self._pool
+            columns = self._actions.columns(actions)
+            pickled = self._actions.pickled(actions)
+            self._check_needs_reset()
+            write = pool.actions.write
+            for path, part, column in columns:
+                write(path, part, column)
+            return self._step_outcome(pool.step_here(pickled or None))
+        finally:
+            self._clock.whole_step(entered, _perf_counter())
+
+    def _check_needs_reset(self) -> None:
+        if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset.any():
+            raise ResetNeededError(
+                f"autoreset_mode is DISABLED and the episodes of envs {np.flatnonzero(self._needs_reset).tolist()} "
+                "ended: reset them first with reset(options={'reset_mask': mask})"
+            )
+
+    def _step_outcome(self, records: list) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """A step's results, from the rows and its ``records``."""
+        pool = self._pool
+        terminated, truncated = pool.terminated.copy(), pool.truncated.copy()
+        if self.autoreset_mode == AutoresetMode.DISABLED:
+            self._needs_reset = terminated | truncated
+        # records are sorted by env index, as SyncVectorEnv adds them; the rows' infos come as columns
+        infos = add_step_infos({}, self._add_info, self.num_envs, records, pool.info_groups)
+        return (*self._step_results(terminated, truncated), infos)
 
     def _on_device(self, env_ids: np.ndarray | None = None, scalars: bool = True) -> tuple[Any, ...]:
         pool = self._pool

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -38,6 +39,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 
+_perf_counter = time.perf_counter
 _NOT_TRUNCATED = (("TimeLimit.truncated", False),)  # what DummyVecEnv adds to the info of an env that goes on
 # pin_memory=None: how many resets and steps look whether CUDA started. SB3 builds its model (and
 # CUDA's context) after the env, and learn() resets first: a few looks cover it; later, none.
@@ -155,13 +157,35 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
         self._pool.collect_info_rows(main_shard=False)
         self.metadata = self._pool.env_metadata  # as DummyVecEnv
         self.n_workers = self._pool.n_workers
+        self._all_here = bool(getattr(self._pool, "all_here", False))  # no worker: steps are direct calls
 
     # -- stepping ------------------------------------------------------------------
 
-    @interrupts.holding  # one call: a Ctrl-C between the halves would leave the step pending
-    @timed_step
     def step(self, actions: np.ndarray | Sequence[Any]) -> VecEnvStepReturn:
         """Step every env with ``actions`` (see :meth:`step_async`); SB3's ``VecEnv.step``."""
+        pool = self._pool
+        if self._all_here and pool.idle_here():
+            return self._step_here(actions)
+        return self._step_held(actions)
+
+    def _step_here(self, actions: np.ndarray | Sequence[Any]) -> VecEnvStepReturn:
+        """Every env in this process: the step as one direct call (see :mod:`shmvec.engine.local_step`)."""
+        entered = _perf_counter()
+        try:
+            columns = self._action_columns(actions)
+            if self._pin_checks:
+                self._pin_if_cuda_started()
+            pool = self._pool
+            write = pool.actions.write
+            for path, values, column in columns:
+                write(path, values, column)
+            return self._results(pool.step_here())
+        finally:
+            self._clock.whole_step(entered, _perf_counter())
+
+    @interrupts.holding  # one call: a Ctrl-C between the halves would leave the step pending
+    @timed_step
+    def _step_held(self, actions: np.ndarray | Sequence[Any]) -> VecEnvStepReturn:
         self.step_async(actions)
         return self.step_wait()
 
@@ -199,8 +223,11 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
 
     @timed_step
     def step_wait(self) -> VecEnvStepReturn:
+        return self._results(self._pool.step_wait())
+
+    def _results(self, sent: list) -> VecEnvStepReturn:
+        """What SB3's ``step_wait`` returns, from the rows and the step's records ``sent``."""
         pool = self._pool
-        sent = pool.step_wait()
         terminated, truncated = pool.terminated, pool.truncated
         dones = terminated | truncated
         infos = self._row_infos(pool.info_groups)

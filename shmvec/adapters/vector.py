@@ -25,14 +25,13 @@ from shmvec.adapters import dropin_args, gym_resets, gym_spaces
 from shmvec.adapters.async_batches import AsyncBatches, checked_batch_size
 from shmvec.adapters.env_calls import EnvCalls
 from shmvec.adapters.gym_actions import GymActions
-from shmvec.adapters.gym_infos import add_step_infos
 from shmvec.adapters.gym_results import GymResults
 from shmvec.adapters.public_calls import other_call, step_end, step_start
 from shmvec.adapters.timings_view import TimingsView
 from shmvec.adapters.torch_device import DeviceHandoff
 from shmvec.backends import make_pool
 from shmvec.engine.interface import Engine
-from shmvec.errors import ResetNeededError, SpaceMismatchError, StepTimeoutError, WorkerDiedError
+from shmvec.errors import SpaceMismatchError, StepTimeoutError, WorkerDiedError
 from shmvec.ipc.protocol import Reset
 from shmvec.options import PoolOptions, options_doc
 
@@ -176,6 +175,9 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
             # DISABLED mode: envs whose episode ended and that were not reset since.
             self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
             self._reset_mask: np.ndarray | None = None  # the pending reset's, between reset_async and reset_wait
+            # no worker and results in numpy: steps are direct calls (see shmvec.engine.local_step)
+            here = bool(getattr(pool, "all_here", False)) and self._device is None
+            self._all_here = here and self.batch_size == self.num_envs
             if self._device is not None:
                 self._device.start(pool)  # on CUDA, page-locks the arena: after the workers attached it
         except BaseException:
@@ -266,7 +268,6 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
 
     # -- stepping ------------------------------------------------------------------
 
-    @step_end
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with its action; return ``(obs, rewards, terminations, truncations, infos)``.
 
@@ -290,6 +291,12 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
             (array([1., 1., 1., 1.]), array([False, False, False, False]))
             >>> envs.close()
         """
+        if self._all_here and self._state is AsyncState.DEFAULT and not self.closed and self._pool.idle_here():
+            return self._step_here(actions)
+        return self._step_held(actions)
+
+    @step_end
+    def _step_held(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         self.step_async(actions)
         return self.step_wait()
 
@@ -312,11 +319,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
         columns = self._actions.columns(actions)
         pickled = self._actions.pickled(actions)
         self._pool.ensure_can_step()
-        if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset.any():
-            raise ResetNeededError(
-                f"autoreset_mode is DISABLED and the episodes of envs {np.flatnonzero(self._needs_reset).tolist()} "
-                "ended: reset them first with reset(options={'reset_mask': mask})"
-            )
+        self._check_needs_reset()
         write = self._pool.actions.write
         for path, part, column in columns:
             write(path, part, column)
@@ -340,14 +343,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
         """
         self._check_open()
         self._check_pending(AsyncState.WAITING_STEP, "step_wait", "step_async")
-        pool = self._pool
-        records = self._finish("step_wait", pool.step_wait, timeout)
-        terminated, truncated = pool.terminated.copy(), pool.truncated.copy()
-        if self.autoreset_mode == AutoresetMode.DISABLED:
-            self._needs_reset = terminated | truncated
-        # records are sorted by env index, as SyncVectorEnv adds them; the rows' infos come as columns
-        infos = add_step_infos({}, self._add_info, self.num_envs, records, pool.info_groups)
-        return (*self._step_results(terminated, truncated), infos)
+        return self._step_outcome(self._finish("step_wait", self._pool.step_wait, timeout))
 
     # -- lifetime ------------------------------------------------------------------
 

@@ -65,6 +65,20 @@ class CallClock:
         self.ring_wait_from[slot], self.ring_wait_to[slot] = self._wait_start, self._wait_end
         self.steps += 1
 
+    def whole_step(self, entered: float, left: float) -> None:
+        """A step call that ran from ``entered`` to ``left`` (perf_counter) and waited for no worker,
+        counted as :meth:`enter` then :meth:`leave` would count it (the in-process step: one call, two clock reads)."""
+        if self.depth:  # inside another public call: that call's time already counts
+            return
+        self.caller += entered - self.left_at
+        self.entered_at, self.left_at = entered, left
+        self.in_steps += left - entered
+        started, self._step_started = self._step_started or entered, None
+        slot = self.steps % RING
+        self.ring_in[slot], self.ring_out[slot] = started, left
+        self.ring_wait_from[slot] = self.ring_wait_to[slot] = self._wait_start = self._wait_end = entered
+        self.steps += 1
+
     def stepped(self, seconds: float) -> None:
         """The call stepped the main shard's envs for ``seconds``."""
         self.main_envs += seconds
@@ -90,6 +104,9 @@ class CallClock:
 
 class NoClock(CallClock):
     """The clock of a pool made with ``timings=False``: it counts nothing."""
+
+    def whole_step(self, entered: float, left: float) -> None:
+        pass
 
     def enter(self) -> None:
         pass

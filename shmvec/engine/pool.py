@@ -61,7 +61,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from shmvec.engine.async_schedule import AsyncSchedule
@@ -71,13 +70,14 @@ from shmvec.engine.env_building import build_envs, describe_envs
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.interface import EngineBase
 from shmvec.engine.link import WorkerLink, mp_context
+from shmvec.engine.local_step import LocalStep
 from shmvec.engine.omp_spin import short_spin_for_pool
 from shmvec.engine.plan import describe_plan, plan_pool, usable_cores
 from shmvec.engine.rare_calls import Requests
 from shmvec.engine.resources import PoolResources, finalize_unclosed
 from shmvec.engine.restart import Rebuild, Restarter
 from shmvec.engine.script_setup import for_workers, worker_start
-from shmvec.engine.shard import EnvFailed, Shard, copied_record, merged_records, with_shm_finals
+from shmvec.engine.shard import EnvFailed, Shard
 from shmvec.engine.step_tree import StepTree
 from shmvec.engine.timing_run import timer
 from shmvec.engine.validation import check_env_fns, check_same_spaces
@@ -100,10 +100,9 @@ START_TIMEOUT = 30.0
 CALLER_SPIN = MAX_SPIN / 2
 _COMMAND_STEP = int(Command.STEP)  # plain ints for the hot path (IntEnum access costs ~1 µs)
 _WAIT_OWN, _WAIT_BLOCK, _WAIT_SPIN = int(NextWait.OWN), int(NextWait.BLOCK), int(NextWait.SPIN)
-_count_nonzero = np.count_nonzero
 
 
-class ShmPool(WorkerWaits, EngineBase):
+class ShmPool(LocalStep, WorkerWaits, EngineBase):
     """Runs ``len(env_fns)`` envs in worker processes, stepping them through shared memory.
 
     This is the engine behind :class:`~shmvec.ShmPoolVecEnv` and
@@ -315,20 +314,7 @@ class ShmPool(WorkerWaits, EngineBase):
             raise main_shard_error(main_failure)
         for link in dead or ():
             replies[link.index] = self.restarter.restart_in_step(link)
-        main_infos = [copied_record(r) for r in main_infos] if main_infos else []  # copies, as workers' infos arrive
-        records = [r for reply in replies for r in reply] + main_infos if any(replies) else main_infos
-        records = self.pickled.keep_obs(records)
-        self.info_groups = []
-        if _count_nonzero(self.info_reader.codes):  # infos written in shared rows (by workers, or the main shard)
-            if self.info_columns:
-                self.info_groups = self.info_reader.groups()
-            else:
-                records = merged_records(records, [StepInfo(i, info) for i, info in self.info_reader.infos()])
-        flags = self._final_flag
-        if flags is not None and _count_nonzero(flags):  # one count (~0.3 µs) while no episode ends
-            ended = (flags & (self.terminated | self.truncated)).nonzero()[0]  # not one a failed step left behind
-            records = with_shm_finals(records, self._final_obs, ended)
-            flags[ended] = False  # taken
+        records = self.step_records(main_infos, replies)
         self.caller.returned()
         return records
 

@@ -1,0 +1,94 @@
+"""A local pool's step results, and its step when every env is in this process (no worker).
+
+:meth:`LocalStep.step_records` turns what a step's shards sent into the records
+:meth:`~shmvec.engine.pool.ShmPool.step_wait` returns (infos copied, infos of shared rows,
+episode ends that travelled in rows), for both paths below.
+
+With workers, a step is two held calls (``step_async``, ``step_wait``: Ctrl-C waits until the
+posts and counts agree, :mod:`shmvec.ipc.interrupts`). With every env in this process there
+is nothing to post, count or wait for: :meth:`LocalStep.step_here` is the whole step as one
+direct call, as ``DummyVecEnv`` makes it: no pending state between two calls, no SIGINT
+swap (a Ctrl-C raises where it lands, as it would there; the next call starts from the same
+state whatever line it stopped), and the main shard's envs stepped straight from their rows.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from shmvec.engine.failures import main_shard_error
+from shmvec.engine.shard import EnvFailed, Shard, copied_record, merged_records, with_shm_finals
+from shmvec.ipc.protocol import StepInfo
+
+_count_nonzero = np.count_nonzero
+_perf_counter = time.perf_counter
+
+
+class LocalStep:
+    """Part of :class:`~shmvec.engine.pool.ShmPool`: the end of every step, and the in-process step."""
+
+    main: Shard | None
+    links: list
+    clock: Any
+    caller: Any
+    pickled: Any
+    info_reader: Any
+    info_columns: bool
+    terminated: np.ndarray
+    truncated: np.ndarray
+    _final_obs: np.ndarray | None
+    _final_flag: np.ndarray | None
+    _obs_buffers: list
+
+    @property
+    def all_here(self) -> bool:
+        """Every env is in this process (no worker): :meth:`step_here` may step them."""
+        return not self.links and self.main is not None
+
+    def idle_here(self) -> bool:
+        """Whether :meth:`step_here` may run now: open, usable, nothing pending, no async batch in
+        flight (else the held path raises what the reference raises)."""
+        return self.pending is None and not self.closed and self._broken is None and not self.batches.busy
+
+    def step_here(self, pickled_actions: dict[tuple, Any] | None = None) -> list[StepInfo]:
+        """``step_async`` and ``step_wait`` of a pool with every env in this process, as one call
+        (the caller checked :meth:`idle_here` and wrote the actions); the same records."""
+        self.pickled.action_blobs(pickled_actions)  # checks them; the main shard's part is main_actions
+        if len(self._obs_buffers) > 1:
+            self._next_obs_buffer()
+        self.caller.step()
+        main, failure = self.main, None
+        started = _perf_counter()
+        try:
+            main_infos = main.step(main.read_actions(self.pickled.main_actions))
+        except EnvFailed as exc:
+            main_infos, failure = [], exc
+        self.clock.stepped(_perf_counter() - started)
+        if failure is not None:
+            raise main_shard_error(failure)  # outside the except: the env's own exception, as step_wait raises it
+        records = self.step_records(main_infos, [])
+        self.caller.returned()
+        return records
+
+    def step_records(self, main_infos: list[StepInfo], replies: list[list[StepInfo]]) -> list[StepInfo]:
+        """A step's records in env order: the workers' ``replies``, then the main shard's infos (copied,
+        as workers' infos arrive), the infos of shared rows (or :attr:`info_groups`) and the episode ends
+        that travelled in rows."""
+        main_infos = [copied_record(r) for r in main_infos] if main_infos else []
+        records = [r for reply in replies for r in reply] + main_infos if any(replies) else main_infos
+        records = self.pickled.keep_obs(records)
+        self.info_groups = []
+        if _count_nonzero(self.info_reader.codes):  # infos written in shared rows (by workers, or the main shard)
+            if self.info_columns:
+                self.info_groups = self.info_reader.groups()
+            else:
+                records = merged_records(records, [StepInfo(i, info) for i, info in self.info_reader.infos()])
+        flags = self._final_flag
+        if flags is not None and _count_nonzero(flags):  # one count (~0.3 µs) while no episode ends
+            ended = (flags & (self.terminated | self.truncated)).nonzero()[0]  # not one a failed step left behind
+            records = with_shm_finals(records, self._final_obs, ended)
+            flags[ended] = False  # taken
+        return records
