@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import logging.handlers
 import multiprocessing as mp
 import pickle
 import socket
@@ -243,3 +244,60 @@ def test_each_worker_record_reaches_each_handler_once(start_method, propagate, t
     assert sorted((tmp_path / "probe.log").read_text().splitlines()) == expected
     in_root = [line for line in (tmp_path / "root.log").read_text().splitlines() if line.startswith("reset in")]
     assert sorted(in_root) == (expected if propagate else [])
+
+
+def test_a_record_logged_by_a_signal_handler_while_a_send_holds_the_lock_does_not_deadlock():
+    """A handler that logs runs between two bytecodes of the thread it interrupts, which may hold the
+    sender's lock (its notice waiting for room): the inner call must neither wait on it nor lose the record."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sender = log_relay.RecordSender(ours)
+    sender.dropped = 3  # the notice is due: the next record takes the lock to send it first
+    send, nested = sender._send, []
+
+    def send_with_a_handler_inside(data, wait):
+        if not nested:  # what a SIGALRM handler that logs does in the middle of this send
+            nested.append(True)
+            sender.put_nowait(logging.makeLogRecord({"msg": "from the handler"}))
+        return send(data, wait)
+
+    sender._send = send_with_a_handler_inside
+    done = threading.Thread(target=sender.put_nowait, args=(logging.makeLogRecord({"msg": "outer"}),), daemon=True)
+    try:
+        done.start()
+        done.join(10)
+        assert not done.is_alive(), "the record logged from inside a send waited forever on the sender's lock"
+        theirs.setblocking(False)
+        messages = []
+        while True:
+            try:
+                messages.append(pickle.loads(theirs.recv(70_000)).getMessage())
+            except BlockingIOError:
+                break
+        notices = [message for message in messages if message.startswith("shmvec: 3 log records")]
+        assert len(notices) == 1, messages  # said once, though the handler's record came inside its send
+        assert messages.index(notices[0]) < messages.index("outer")
+        assert sorted(set(messages) - set(notices)) == ["from the handler", "outer"]
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_record_sent_bare_formats_in_the_main_process():
+    """The bare form (extras dropped to fit) must still be a record logging can format."""
+    record = logging.makeLogRecord({"name": "env", "msg": "short"})
+    for i in range(40):  # extra names are never cut: long ones leave only the bare form
+        setattr(record, f"extra_{i}_" + "k" * 2_000, "v")
+    data = log_relay.datagram(record)
+    assert len(data) <= log_relay.MAX_RECORD_BYTES
+    arrived = pickle.loads(data)
+    message = arrived.getMessage()  # raised TypeError: its args were the string "()"
+    assert message.startswith("short") and "dropped 40 extra attributes" in message
+    assert logging.Formatter().format(arrived).startswith("short")
+
+
+def test_a_prepared_record_with_its_stack_carries_the_stack_once():
+    """QueueHandler.prepare puts the stack in the message (Python 3.11 leaves stack_info set too)."""
+    record = logging.getLogger("env").makeRecord("env", logging.WARNING, __file__, 1, "look", (), None, sinfo="Stack (most recent call last):\n  here")
+    prepared = logging.handlers.QueueHandler(None).prepare(record)
+    arrived = pickle.loads(log_relay.datagram(prepared))
+    assert logging.Formatter().format(arrived).count("Stack (most recent call last)") == 1

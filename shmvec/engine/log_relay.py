@@ -90,7 +90,7 @@ class LogRelay:
                 if logger.isEnabledFor(record.levelno):
                     logger.handle(record)
             except Exception as exc:  # the main process's filters and handlers, not ours to stop on
-                self._report(record.name, exc, f"raised in a filter or handler here: {record.getMessage()[:200]!r}")
+                self._report(record.name, exc, f"raised in a filter or handler here: {_message(record)[:200]!r}")
 
     def _report(self, name: str, exc: Exception, what: str) -> None:
         """Like ``logging.Handler.handleError``: a traceback on stderr, once per logger and error type."""
@@ -126,7 +126,9 @@ class RecordSender:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.dropped = 0  # records dropped since the relay last took one (in this worker)
-        self._lock = threading.Lock()  # the count, between the logging threads and the notice's thread
+        # The count, between the logging threads and the notice's thread; reentrant: a signal handler
+        # that logs may run in a thread that holds it (while a send waits for room).
+        self._lock = threading.RLock()
         self._notice_waits = False  # a thread waits to send the notice of those dropped
         self._closed = False  # the relay is gone: nothing will be taken again
         self._exit_notice = False  # the notice is due at this process's exit too
@@ -172,18 +174,20 @@ class RecordSender:
             return not self.dropped or self._send_notice(wait)
 
     def _send_notice(self, wait: float) -> bool:
+        # Counted as said before the send: a handler that logs inside it must not say it again.
+        count, self.dropped = self.dropped, 0
         note = logging.makeLogRecord(
             {
                 "name": "shmvec",
                 "levelno": logging.WARNING,
                 "levelname": "WARNING",
-                "msg": f"shmvec: {self.dropped:,} log records of worker process {os.getpid()} were dropped: the "
+                "msg": f"shmvec: {count:,} log records of worker process {os.getpid()} were dropped: the "
                 f"main process's log handlers did not take them within {SEND_WAIT:g} s",
             }
         )
         if not self._send(pickle.dumps(note), wait):
+            self.dropped += count
             return False
-        self.dropped = 0
         return True
 
     def _send(self, data: bytes, wait: float) -> bool:
@@ -244,7 +248,9 @@ def datagram(record: logging.LogRecord) -> bytes:
 def _settle(record: logging.LogRecord) -> None:
     """Give ``record`` its whole message as a string, as ``QueueHandler.prepare`` does (which leaves
     nothing to do); a record handed in raw has its args, exception and stack folded in too."""
-    if type(record.msg) is not str or record.args or record.exc_info or record.exc_text or record.stack_info:
+    if record.args is None and type(record.msg) is str and getattr(record, "message", None) is record.msg:
+        record.stack_info = None  # prepared: its stack is in the message already (3.11's prepare leaves it set)
+    elif type(record.msg) is not str or record.args or record.exc_info or record.exc_text or record.stack_info:
         try:
             text = _PLAIN.format(record)
         except Exception as exc:  # args that do not fit the message: say what there was
@@ -278,6 +284,7 @@ def _bare(record: logging.LogRecord, message: str, dropped: list[str]) -> loggin
         names = _cut(", ".join(dropped), _BARE_FIELD_CHARS)
         text += f"\n[... shmvec's log relay dropped {len(dropped):,} extra attributes to fit: {names} ...]"
     fields["msg"] = fields["message"] = text
+    fields["args"] = None  # its repr, "()", would make getMessage() raise
     return logging.makeLogRecord(fields)
 
 
@@ -288,6 +295,13 @@ def _cut(text: str, limit: int) -> str:
     head = limit * 3 // 4
     tail = text[len(text) - (limit - head) :]
     return f"{text[:head]}\n[... shmvec's log relay cut {len(text) - limit:,} characters ...]\n{tail}"
+
+
+def _message(record: logging.LogRecord) -> str:
+    try:
+        return record.getMessage()
+    except Exception:  # a filter here may have set args that do not fit
+        return _safe_repr(record.msg)
 
 
 def _safe_repr(value: Any) -> str:

@@ -119,7 +119,7 @@ def remember(key: str | None, n_workers: int, main_shard: bool) -> None:
             return
         # The newest others, and this one whatever the others' times (a clock set back, a file from elsewhere).
         others = sorted((item for item in entries.items() if item[0] != key), key=lambda item: item[1]["when"])
-        _write(path, {**dict(others[len(others) - MAX_ENTRIES + 1 :]), key: entry})
+        _write(path, {**dict(others[max(len(others) - MAX_ENTRIES + 1, 0) :]), key: entry})
     except (OSError, ValueError) as exc:  # a read-only or missing cache folder: no memory, no error
         logger.debug("shmvec: could not remember the plan in %s: %s", path, exc)
     finally:

@@ -161,6 +161,14 @@ def test_an_odd_when_among_more_than_the_entries_kept(memory, when):
     assert key(plan_memory.MAX_ENTRIES + 4) in kept and key(0) not in kept  # the oldest went
 
 
+@pytest.mark.parametrize("count", [1, 150, plan_memory.MAX_ENTRIES - 1])
+def test_a_memory_below_its_cap_keeps_every_entry(memory, count):
+    memory.write_text(json.dumps({key(number): entry(when=float(number)) for number in range(count)}))
+    plan_memory.remember(OTHER, 1, True)
+    kept = strict_entries(memory)
+    assert len(kept) == count + 1 and OTHER in kept  # 150 kept 49 when the cut's start went negative
+
+
 def test_a_new_entry_is_kept_beside_more_entries_from_the_future(memory):
     entries = {key(number): entry(when=1e18 + number) for number in range(plan_memory.MAX_ENTRIES + 5)}
     memory.write_text(json.dumps(entries))
