@@ -297,7 +297,8 @@ def test_a_record_sent_bare_formats_in_the_main_process():
 
 def test_a_prepared_record_with_its_stack_carries_the_stack_once():
     """QueueHandler.prepare puts the stack in the message (Python 3.11 leaves stack_info set too)."""
-    record = logging.getLogger("env").makeRecord("env", logging.WARNING, __file__, 1, "look", (), None, sinfo="Stack (most recent call last):\n  here")
+    stack = "Stack (most recent call last):\n  here"
+    record = logging.getLogger("env").makeRecord("env", logging.WARNING, __file__, 1, "look", (), None, sinfo=stack)
     prepared = logging.handlers.QueueHandler(None).prepare(record)
     arrived = pickle.loads(log_relay.datagram(prepared))
     assert logging.Formatter().format(arrived).count("Stack (most recent call last)") == 1
