@@ -26,7 +26,38 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],  # explain reruns for minutes
 )
 settings.register_profile("long", settings.get_profile("ci"), max_examples=1000)
+# CI's repeats of the suite (the floors, the other Pythons) look for what a version changes, not
+# for new inputs: fewer examples.
+settings.register_profile("repeat", settings.get_profile("ci"), max_examples=10)
 settings.load_profile(os.environ.get("SHMVEC_HYPOTHESIS_PROFILE", "ci"))
+
+
+# Long stress, storm and whole-run tests, marked `once`: the first suite of CI runs them; its
+# repeats under the floors and the other Pythons leave them out (-m "not once"), as a loaded
+# runner's hour cannot hold them four times and a version changes the APIs they sit on little.
+ONCE = (
+    "tests/engine/test_resources.py::test_many_cycles_leave_nothing",
+    "tests/engine/test_step_tree.py::test_a_tree_pool_equals_dummyvecenv_on_cartpole",
+    "tests/engine/test_step_tree.py::test_episode_ends_in_the_last_worker",
+    "tests/engine/test_step_tree.py::test_restart_mode_posts_every_worker_itself",
+    "tests/engine/test_waiting_lanes.py::test_the_default_",
+    "tests/engine/test_timings.py::test_a_straggler_is_measured_and_named",
+    "tests/engine/test_timings.py::test_waiting_envs_in_workers",
+    "tests/engine/test_interrupts.py::test_a_ctrl_c_storm",
+    "tests/engine/test_failures.py::test_main_process_sigkilled",
+    "tests/engine/test_timing_orphans.py",
+    "tests/adapters/test_sb3_timings_callback.py::test_the_caller_dominates_ppo_on_cartpole",
+    "tests/adapters/test_sb3_timings_callback.py::test_each_rollout_logs_its_shares_through_wrappers",
+    "tests/test_readme.py::test_docs_example_runs_as_a_script",
+    "tests/test_readme.py::test_the_demo_runs_and_says_what_the_default_chose",
+    "tests/test_readme.py::test_readme_example_runs_as_a_script",
+)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.nodeid.startswith(ONCE):
+            item.add_marker(pytest.mark.once)
 
 
 def wait_until_clean(before_shm: set[str], before_pids: set[int], timeout: float = 5.0) -> tuple[set, set]:
