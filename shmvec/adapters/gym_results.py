@@ -19,6 +19,7 @@ from gymnasium.vector import AutoresetMode
 from shmvec.adapters.gym_infos import add_step_infos
 from shmvec.adapters.torch_device import DeviceHandoff
 from shmvec.engine.interface import Engine
+from shmvec.engine.validation import checked_column
 from shmvec.errors import ResetNeededError
 from shmvec.ipc import layout as lay
 
@@ -38,6 +39,8 @@ class GymResults:
     num_envs: int
     _needs_reset: np.ndarray
     _actions: Any  # GymActions
+    _flat_action: np.ndarray | None  # the action rows of a space with one fixed-size leaf
+    single_action_space: Space
     _clock: Any  # the pool's CallClock
     _add_info: Any  # VectorEnv._add_info
 
@@ -54,9 +57,13 @@ class GymResults:
         """Every env in this process: the step as one direct call (see :mod:`shmvec.engine.local_step`)."""
         entered = _perf_counter()
         try:
-            pool = self._pool
-            columns = self._actions.columns(actions)
-            pickled = self._actions.pickled(actions)
+            pool, flat = self._pool, self._flat_action
+            if flat is not None and type(actions) is np.ndarray and actions.ndim:  # what columns() makes of it
+                columns = [((), actions, checked_column(actions, flat, self.single_action_space, "actions"))]
+                pickled = None
+            else:
+                columns = self._actions.columns(actions)
+                pickled = self._actions.pickled(actions)
             self._check_needs_reset()
             write = pool.actions.write
             for path, part, column in columns:

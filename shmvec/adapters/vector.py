@@ -178,6 +178,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
             # no worker and results in numpy: steps are direct calls (see shmvec.engine.local_step)
             here = bool(getattr(pool, "all_here", False)) and self._device is None
             self._all_here = here and self.batch_size == self.num_envs
+            self._flat_action = pool.action_leaves.get(()) if not pool.pickled_action_paths else None
             if self._device is not None:
                 self._device.start(pool)  # on CUDA, page-locks the arena: after the workers attached it
         except BaseException:

@@ -69,25 +69,29 @@ class LocalStep:
         self.clock.stepped(_perf_counter() - started)
         if failure is not None:
             raise main_shard_error(failure)  # outside the except: the env's own exception, as step_wait raises it
-        records = self.step_records(main_infos, [])
+        finals, main.wrote_final = main.wrote_final, False  # no final row written: no flag to look for
+        records = self.step_records(main_infos, [], rows_infos=main.writes_infos, finals=finals)
         self.caller.returned()
         return records
 
-    def step_records(self, main_infos: list[StepInfo], replies: list[list[StepInfo]]) -> list[StepInfo]:
+    def step_records(
+        self, main_infos: list[StepInfo], replies: list[list[StepInfo]], rows_infos: bool = True, finals: bool = True
+    ) -> list[StepInfo]:
         """A step's records in env order: the workers' ``replies``, then the main shard's infos (copied,
         as workers' infos arrive), the infos of shared rows (or :attr:`info_groups`) and the episode ends
-        that travelled in rows."""
+        that travelled in rows. ``rows_infos``/``finals`` False: no info row / final row can have been
+        written (a flag a failed step left is masked anyway: an env that ends rewrites its own)."""
         main_infos = [copied_record(r) for r in main_infos] if main_infos else []
         records = [r for reply in replies for r in reply] + main_infos if any(replies) else main_infos
         records = self.pickled.keep_obs(records)
         self.info_groups = []
-        if _count_nonzero(self.info_reader.codes):  # infos written in shared rows (by workers, or the main shard)
+        if rows_infos and _count_nonzero(self.info_reader.codes):  # infos in shared rows (workers, or the main shard)
             if self.info_columns:
                 self.info_groups = self.info_reader.groups()
             else:
                 records = merged_records(records, [StepInfo(i, info) for i, info in self.info_reader.infos()])
         flags = self._final_flag
-        if flags is not None and _count_nonzero(flags):  # one count (~0.3 µs) while no episode ends
+        if finals and flags is not None and _count_nonzero(flags):  # one count (~0.3 µs) while no episode ends
             ended = (flags & (self.terminated | self.truncated)).nonzero()[0]  # not one a failed step left behind
             records = with_shm_finals(records, self._final_obs, ended)
             flags[ended] = False  # taken

@@ -69,8 +69,14 @@ class Shard:
         self._write_info = info_writer.write if info_writer is not None else None
         self._info_code = arena_views[INFO_CODE]
         self._coded = False  # whether the last step wrote any info code (they must be cleared)
+        self.wrote_final = False  # a final observation went to its row since the pool last looked
         timed = lane is not None and LANE_RING in arena_views  # a pool made with timings=False has no rows
         self.timer = LaneTimer(arena_views, lane, start, self.stop) if timed else None
+
+    @property
+    def writes_infos(self) -> bool:
+        """Whether infos may go to shared rows (the pool then looks at their codes)."""
+        return self._write_info is not None
 
     def write_infos_to(self, info_writer: InfoWriter) -> None:
         """Write the infos that fit into shared rows from now on (a worker's shard does from the start)."""
@@ -207,7 +213,7 @@ class Shard:
         final_view, final_flag = self._final_obs, self._final_flag
         if final_view is not None and _fits(final_obs, final_view) and not final_info and not info:
             final_view[i] = final_obs  # the common case: nothing to pickle
-            final_flag[i] = True
+            final_flag[i] = self.wrote_final = True
             return obs, None
         if final_flag is not None:
             final_flag[i] = False
@@ -219,6 +225,7 @@ class Shard:
         if self._write_info is not None:
             coded = any(codes)
             if coded or self._coded:  # all of them: a code left from an earlier step would be read again
+                self._coded = True  # before the write: a Ctrl-C between the two leaves them cleared next step
                 self._info_code[s : self.stop] = codes
             self._coded = coded
         if count < len(rewards):  # an env raised: the envs before it
@@ -261,7 +268,7 @@ class Shard:
                     final_view, final_flag = self._final_obs, self._final_flag
                     if final_view is not None and _fits(final_obs, final_view) and not final_info and not info:
                         final_view[i] = final_obs  # the common case: nothing to pickle
-                        final_flag[i] = True
+                        final_flag[i] = self.wrote_final = True
                     else:
                         if final_flag is not None:
                             final_flag[i] = False
