@@ -1,17 +1,22 @@
 """Part (c) of ``bench/gpu_handoff.py``: a CleanRL-style PPO Atari loop with its policy on the GPU.
 
-The same loop two ways: CleanRL's (numpy results, ``torch.Tensor(obs).to(device)`` each step,
-actions back with ``.cpu().numpy()``) and ``ShmVectorEnv(device=...)`` (uint8 frames arrive on
-the device, actions go back as tensors); each synchronous (``step``) and with async batches
-(``send``/``recv``, two batches). The envs are ALE Breakout as CleanRL preprocesses it
-(84×84 grayscale, frame skip 4, 4 frames stacked) where ``ale_py`` and ``cv2`` are
-installed, else a synthetic env of the same observations and a similar step cost.
+The same loop with each way of getting a step's results onto the device: numpy results moved
+by CleanRL's ``torch.Tensor(obs).to(device)`` (uint8 frames cast to float32 on the CPU, four
+times the bytes over the bus), by ``torch.as_tensor(obs).to(device)`` (uint8 kept, as a user
+would write it), and, on CUDA, by ``torch.as_tensor(obs).pin_memory().to(device, non_blocking=True)``
+(page-locked first, so the copy is one DMA); actions back with ``.cpu().numpy()``; and
+``ShmVectorEnv(device=...)`` (uint8 frames arrive on the device, actions go back as tensors).
+Each synchronous (``step``) and with async batches (``send``/``recv``, two batches). The envs
+are ALE Breakout as CleanRL preprocesses it (84×84 grayscale, frame skip 4, 4 frames stacked)
+where ``ale_py`` and ``cv2`` are installed, else a synthetic env of the same observations and
+a similar step cost.
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,9 +84,51 @@ class Agent(nn.Module):
         return action, dist.log_prob(action), dist.entropy(), self.critic(hidden).flatten()
 
 
+@dataclass(frozen=True)
+class NumpyHandOff:
+    """How a script moves one step's numpy results to the device: observations, rewards, done flags (as floats)."""
+
+    obs: Callable[[np.ndarray], torch.Tensor]
+    reward: Callable[[np.ndarray], torch.Tensor]
+    done: Callable[[np.ndarray], torch.Tensor]
+
+
+HAND_OFF_LABELS = {
+    "float32": "numpy + torch.Tensor(obs).to() (CleanRL: float32 on the CPU)",
+    "uint8": "numpy + torch.as_tensor(obs).to()",
+    "pinned": "numpy + as_tensor(obs).pin_memory().to(non_blocking=True)",
+}
+
+
+def numpy_hand_off(how: str, device: torch.device) -> NumpyHandOff:
+    """The lines a script writes for ``how``: "float32" (CleanRL's), "uint8" or "pinned" (CUDA only)."""
+    if how == "float32":  # CleanRL's lines, as ppo_atari.py has them
+        return NumpyHandOff(
+            obs=lambda x: torch.Tensor(x).to(device),
+            reward=lambda x: torch.tensor(x).to(device),
+            done=lambda x: torch.Tensor(x).to(device),
+        )
+    if how not in HAND_OFF_LABELS:
+        raise ValueError(f"unknown hand-off {how!r}: one of {sorted(HAND_OFF_LABELS)}")
+    if how == "pinned" and device.type != "cuda":
+        raise ValueError(f"pinned host memory needs a CUDA device, not {device}")
+
+    def move(x: np.ndarray) -> torch.Tensor:  # dtype kept: uint8 frames stay uint8, the policy divides on the device
+        if how == "pinned":  # page-locked first: one DMA, issued without waiting for it
+            return torch.as_tensor(x).pin_memory().to(device, non_blocking=True)
+        return torch.as_tensor(x).to(device)
+
+    return NumpyHandOff(obs=move, reward=move, done=lambda x: move(x).float())
+
+
+def hand_offs(device: torch.device) -> list[str]:
+    """Every way compared on ``device``: the numpy baselines (pinned only on CUDA), then ``device=``."""
+    return ["float32", "uint8"] + (["pinned"] if device.type == "cuda" else []) + ["device"]
+
+
 @dataclass
 class Loop:
-    """One vector env and its PPO loop: ``how`` is "numpy" (CleanRL's .to()) or "device"; async: batches."""
+    """One vector env and its PPO loop: ``how`` is a numpy baseline (see ``numpy_hand_off``) or "device"."""
 
     how: str
     batch_size: int | None
@@ -91,8 +138,12 @@ class Loop:
     state: Any = None  # what the last rollout left: the next observations (and flags), kept across runs
 
     @property
+    def moves(self) -> NumpyHandOff | None:
+        return None if self.how == "device" else numpy_hand_off(self.how, self.device)
+
+    @property
     def name(self) -> str:
-        hand_off = "numpy + .to()" if self.how == "numpy" else f'device="{self.device.type}"'
+        hand_off = f'device="{self.device.type}"' if self.how == "device" else HAND_OFF_LABELS[self.how]
         return f"{hand_off}, {'async batches of ' + str(self.batch_size) if self.batch_size else 'sync'}"
 
 
@@ -100,7 +151,7 @@ def make_loops(n_envs: int, device: torch.device, synthetic: bool, num_steps: in
     fns, what = env_fns(n_envs, synthetic)
     loops = []
     for batch_size in (None, n_envs // 2):
-        for how in ("numpy", "device"):
+        for how in hand_offs(device):
             envs = ShmVectorEnv(fns, batch_size=batch_size, device=device if how == "device" else None)
             loops.append(Loop(how, batch_size, envs, device, num_steps))
     return loops, what
@@ -130,10 +181,10 @@ def _synchronize(device: torch.device) -> None:
 def _sync_rollout(loop: Loop, agent: Agent, state, seed: int):
     """CleanRL's rollout: ``num_steps`` steps of every env into device buffers, then GAE."""
     envs, device, T, N = loop.envs, loop.device, loop.num_steps, loop.envs.num_envs
-    numpy = loop.how == "numpy"
+    moves = loop.moves
     if state is None:
         obs, _ = envs.reset(seed=seed)
-        state = (torch.Tensor(obs).to(device) if numpy else obs, torch.zeros(N, device=device))
+        state = (moves.obs(obs) if moves else obs, torch.zeros(N, device=device))
     next_obs, next_done = state
     obs_buf = torch.zeros((T, *next_obs.shape), dtype=next_obs.dtype, device=device)
     actions, logprobs, rewards, dones, values = (torch.zeros((T, N), device=device) for _ in range(5))
@@ -142,11 +193,11 @@ def _sync_rollout(loop: Loop, agent: Agent, state, seed: int):
         with torch.no_grad():
             action, logprob, _, value = agent.get_action_and_value(next_obs)
         actions[step], logprobs[step], values[step] = action, logprob, value
-        if numpy:  # CleanRL's lines
+        if moves:  # CleanRL's lines, with the baseline's way of moving results
             next_obs, reward, terminations, truncations, _ = envs.step(action.cpu().numpy())
             next_done = np.logical_or(terminations, truncations)
-            rewards[step] = torch.tensor(reward).to(device).view(-1)
-            next_obs, next_done = torch.Tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
+            rewards[step] = moves.reward(reward).view(-1)
+            next_obs, next_done = moves.obs(next_obs), moves.done(next_done)
         else:  # everything arrives on the device
             next_obs, reward, terminations, truncations, _ = envs.step(action)
             next_done = (terminations | truncations).float()
@@ -173,21 +224,21 @@ def _sync_rollout(loop: Loop, agent: Agent, state, seed: int):
 def _async_rollout(loop: Loop, agent: Agent, state, seed: int):
     """``num_steps`` steps per env in batches (as examples/ppo_async.py): rows stored with their env id."""
     envs, device = loop.envs, loop.device
-    numpy = loop.how == "numpy"
+    moves = loop.moves
     if state is None:
         envs.async_reset(seed=seed)
         state = envs.recv()
     obs, reward, terminations, truncations, infos = state
     rows: dict[str, list] = {key: [] for key in ("env_id", "obs", "actions", "logprobs", "values", "rewards", "dones")}
     for _ in range(loop.num_steps * envs.num_envs // loop.batch_size):
-        if numpy:
-            obs, reward = torch.Tensor(obs).to(device), torch.tensor(reward).to(device)
-            done = torch.Tensor(np.logical_or(terminations, truncations)).to(device)
+        if moves:
+            obs, reward = moves.obs(obs), moves.reward(reward)
+            done = moves.done(np.logical_or(terminations, truncations))
         else:
             done = (terminations | truncations).float()
         with torch.no_grad():
             action, logprob, _, value = agent.get_action_and_value(obs)
-        envs.send(action.cpu().numpy() if numpy else action)  # the workers step these while the policy runs on the next
+        envs.send(action.cpu().numpy() if moves else action)  # the workers step these while the policy runs on the next
         for key, item in zip(rows, (infos["env_id"], obs, action, logprob, value, reward, done)):
             rows[key].append(item)
         obs, reward, terminations, truncations, infos = envs.recv()
