@@ -27,7 +27,11 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 PAIRS = ("sb3", "next_step", "same_step", "disabled")
-_MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP, "disabled": AutoresetMode.DISABLED}
+_MODES = {
+    "next_step": AutoresetMode.NEXT_STEP,
+    "same_step": AutoresetMode.SAME_STEP,
+    "disabled": AutoresetMode.DISABLED,
+}
 
 
 def build(pair: str, env_id: str, n: int) -> tuple[object, object]:

@@ -52,7 +52,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `shmvec` impo
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
-from shmvec.engine.machine import usable_cpus  # noqa: E402
+from shmvec.planning.machine import usable_cpus  # noqa: E402
 from shmvec.tools.waiting_env import WaitingEnv  # noqa: E402
 
 HEADING = "## Scaling: envs that wait, many workers, many cores"

@@ -28,7 +28,7 @@ class PoolOptions:
         n_workers: worker processes. ``None`` (default): chosen at start-up from the
             usable cores and the env's step cost, timed on one extra env built from
             ``env_fns[-1]`` in a throwaway process of its own, never in the main process
-            (:mod:`shmvec.engine.timing_run`; the plan: :mod:`shmvec.engine.plan`): all envs
+            (:mod:`shmvec.engine.timing_run`; the plan: :mod:`shmvec.planning.plan`): all envs
             in-process, the main process plus workers, or workers only; envs that mostly
             wait (their step is little CPU) get more workers than cores. The choice is
             logged (logger ``"shmvec"``) and shown by ``repr()``. An int gives exactly
@@ -39,10 +39,10 @@ class PoolOptions:
             guaranteed only by ``n_workers=num_envs`` with ``main_shard`` unset.
         start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default forkserver where
             available (as SB3). Under forkserver and spawn a worker does not import the main
-            script (:mod:`~shmvec.engine.lean_start`) unless ``import_main=True``; what the
+            script (:mod:`~shmvec.processes.lean_start`) unless ``import_main=True``; what the
             script set up that can be carried without it (logging, warnings filters,
             environment variables, the ``random``/``np.random`` states, Gymnasium's registry)
-            is applied in each worker (:mod:`~shmvec.engine.script_setup`). Under fork a
+            is applied in each worker (:mod:`~shmvec.processes.script_setup`). Under fork a
             worker inherits a copy of the process.
         worker_init: a picklable callable run with no arguments in every worker process,
             after the script's set-up is applied and before the worker builds its envs: for
@@ -51,7 +51,7 @@ class PoolOptions:
             process (envs there see the script itself). With ``n_workers=None`` and
             ``main_shard`` unset, a pool that has it (or ``import_main``) may mix envs in
             the main process and in workers; one without it does so only where the script
-            has nothing workers would miss (:mod:`~shmvec.engine.script_check`).
+            has nothing workers would miss (:mod:`~shmvec.processes.script_check`).
         import_main: workers import the main script (as ``__mp_main__``, skipping its
             ``if __name__ == "__main__":`` block) before building their envs, as
             ``SubprocVecEnv``'s do under forkserver and spawn: everything at the script's top
@@ -64,7 +64,7 @@ class PoolOptions:
             them alone.
         max_spin: seconds a waiter may spin before blocking (spinning turns off while most
             waits outgrow it); while every busy process has a core, waits the pool can
-            predict may spin longer (up to 2 ms, see :mod:`shmvec.engine.plan`). ``0``
+            predict may spin longer (up to 2 ms, see :mod:`shmvec.planning.plan`). ``0``
             always blocks.
         main_shard: the main process steps one more shard itself (the last one) while the
             workers step theirs. Fastest for light envs, as no wake-up sits on the critical
@@ -96,7 +96,7 @@ class PoolOptions:
             pool has worker processes and torch runs more than one thread, so that a
             policy's threads do not hold the cores the workers step on; they keep their
             number, and the default spin is back once the caller pauses stepping (its
-            update) and at ``close()`` (see :mod:`shmvec.engine.omp_spin`).
+            update) and at ``close()`` (see :mod:`shmvec.processes.omp_spin`).
             ``"short"``: whenever GNU OpenMP is loaded. ``"unchanged"``: never. Local
             backend only.
         timings: ``True`` (default): each lane (a worker, the main shard) writes when its
@@ -112,7 +112,7 @@ class PoolOptions:
             the workers' cores; back to torch's own count once that compute turns heavy
             (over ~2 ms: a CNN's forward pass, a gradient step between steps), and at
             ``close()``. The update between rollouts runs on the reduced count as well
-            (see :mod:`shmvec.engine.caller_threads`). An int: that many threads from the
+            (see :mod:`shmvec.processes.caller_threads`). An int: that many threads from the
             first step to ``close()``. ``"unchanged"``: never. Local backend only.
     """
 

@@ -1,5 +1,5 @@
 """Envs for the default plan's and the workers' generators' tests (tests/engine/test_timing_run.py,
-tests/test_worker_rngs.py), importable by workers.
+tests/processes/test_worker_rngs.py), importable by workers.
 
 :class:`GlobalRngEnv` draws from the legacy global generators (``np.random``, ``random``),
 as old code does; :class:`DyingRngEnv` also ends its process on action 1; :class:`CountingEnv`

@@ -1,4 +1,5 @@
-"""Envs that log from their worker, for the log relay's tests (tests/test_log_relay.py), importable by workers."""
+"""Envs that log from their worker, for the log relay's tests (tests/processes/test_log_relay.py),
+importable by workers."""
 
 from __future__ import annotations
 

@@ -16,8 +16,18 @@ from shmvec.engine.interface import Engine
 
 PACKAGE = pathlib.Path(shmvec.__file__).parent
 # Layers, lowest first: a module may import from its own layer and the ones below it.
-LAYERS = {"errors": 0, "options": 0, "ipc": 1, "engine": 2, "backends": 3, "adapters": 4, "tools": 5}
-TOP = 6  # shmvec/__init__.py and the `python -m` entry points
+LAYERS = {
+    "errors": 0,
+    "options": 0,
+    "ipc": 1,
+    "processes": 2,
+    "planning": 3,
+    "engine": 4,
+    "backends": 5,
+    "adapters": 6,
+    "tools": 7,
+}
+TOP = 8  # shmvec/__init__.py and the `python -m` entry points
 MAX_LINES = 400
 
 

@@ -7,7 +7,7 @@ schedules other guests on them), caches, TLBs and branch predictors are cold whe
 process resumes, so the Python a step runs after a pause (checking and writing the
 actions, the hand-off, reading the result rows) takes longer than a tight loop says.
 
-The probe times :func:`shmvec.engine.env_timing.reference_loop` (the plan's yardstick for that
+The probe times :func:`shmvec.planning.env_timing.reference_loop` (the plan's yardstick for that
 kind of Python work, ~6.5 µs on its calibration machine) once right after each pause,
 sleeping or busy-waiting, for pauses of 0.1 to 10 ms, in turns with a tight loop (no
 pause), and prints the medians::
@@ -27,7 +27,7 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from shmvec.engine.env_timing import reference_loop  # noqa: E402
+from shmvec.planning.env_timing import reference_loop  # noqa: E402
 
 _now = time.perf_counter
 MODES = ("sleep", "busy")

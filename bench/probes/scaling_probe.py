@@ -7,7 +7,7 @@ can beat this ratio, so it is the yardstick for every "x over a single process" 
     python bench/probes/scaling_probe.py CartPole-v1 --n 32 --procs 2
 
 ``--per-cpu`` shows how that ceiling moves: one process pinned to each usable CPU times
-:func:`shmvec.engine.env_timing.reference_loop` every half second, all CPUs busy at once, then
+:func:`shmvec.planning.env_timing.reference_loop` every half second, all CPUs busy at once, then
 each CPU alone. On a VM whose host gives a virtual CPU only half a core at times, a row's
 figures double for seconds at a stretch, busy or alone::
 
@@ -61,7 +61,7 @@ def total_rate(env_id: str, n: int, procs: int, seconds: float) -> float:
 
 def _reference_loop_times(cpu: int, seconds: float, results: mp.Queue) -> None:
     """Pinned to ``cpu``: µs per reference_loop(), one figure per SAMPLE_SECONDS, for ``seconds``."""
-    from shmvec.engine.env_timing import reference_loop
+    from shmvec.planning.env_timing import reference_loop
 
     os.sched_setaffinity(0, {cpu})
     figures, end = [], time.perf_counter() + seconds

@@ -18,7 +18,6 @@ from typing import Any, NoReturn, Protocol
 
 import numpy as np
 
-from shmvec.engine.caller_threads import CallerThreads
 from shmvec.engine.env_states import HELD, IN_FLIGHT, QUEUED, EnvStates, check_available, check_held
 from shmvec.engine.failures import main_shard_error, remote_error
 from shmvec.engine.link import LIVENESS_INTERVAL, WorkerLink
@@ -30,6 +29,7 @@ from shmvec.ipc.interrupts import holding, let_through, raise_held
 from shmvec.ipc.pickled import PickledLeaves
 from shmvec.ipc.protocol import ErrorReport, Reset, StepInfo
 from shmvec.ipc.signals import Signal
+from shmvec.processes.caller_threads import CallerThreads
 
 __all__ = ["HELD", "IN_FLIGHT", "QUEUED", "AsyncSchedule", "check_available", "check_held"]
 

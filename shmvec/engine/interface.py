@@ -24,13 +24,13 @@ import numpy as np
 
 from shmvec.engine.breakable import Breakable
 from shmvec.engine.call_clock import CallClock, NoClock
-from shmvec.engine.plan import describe_plan, usable_cores
 from shmvec.engine.timings import Timings, snapshot
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.info_rows import InfoGroup
 from shmvec.ipc.obs_buffers import ObsBuffers
 from shmvec.ipc.protocol import Reset, RunOps, StepInfo
 from shmvec.ipc.timing_rows import read_rows
+from shmvec.planning.plan import describe_plan, usable_cores
 
 Path = tuple[Any, ...]  # a leaf's path in a nested space; () for a flat one
 

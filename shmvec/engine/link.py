@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 
 from shmvec.engine.failures import describe_exit
-from shmvec.engine.lean_start import SCRIPT_WORKER_PREFIX, WORKER_NAME_PREFIX, env_fns_blob, start_without_main
-from shmvec.engine.script_setup import WorkerStart
 from shmvec.engine.worker import worker_main
 from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import Command, ErrorReport, SendReply, Status, post_word
 from shmvec.ipc.signals import Signal
+from shmvec.processes.lean_start import SCRIPT_WORKER_PREFIX, WORKER_NAME_PREFIX, env_fns_blob, start_without_main
+from shmvec.processes.script_setup import WorkerStart
 
 LIVENESS_INTERVAL = 0.1  # seconds between checks that every worker is still alive while waiting
 # What the main process still expects from a worker.
@@ -271,7 +271,7 @@ class ExitWatch:
 
 def mp_context(start_method: str) -> Any:
     """The multiprocessing context that starts workers: without the main script (see
-    :mod:`~shmvec.engine.lean_start`); forkserver preloads the worker module."""
+    :mod:`~shmvec.processes.lean_start`); forkserver preloads the worker module."""
     start_without_main()
     ctx = mp.get_context(start_method)
     if start_method == "forkserver":

@@ -45,7 +45,7 @@ whose envs :meth:`recv` then returns)::
       (else wait on ready, watching liveness)
 
 A dead worker raises :class:`~shmvec.errors.WorkerDiedError` and breaks the pool (one transition:
-:meth:`ShmPool._break`), unless restarts are on and budget is left. Workers: :mod:`shmvec.engine.script_setup`.
+:meth:`ShmPool._break`), unless restarts are on and budget is left. Workers: :mod:`shmvec.processes.script_setup`.
 """
 
 from __future__ import annotations
@@ -65,18 +65,14 @@ from gymnasium.vector import AutoresetMode
 
 from shmvec.engine.async_schedule import AsyncSchedule
 from shmvec.engine.call_clock import CallClock, NoClock
-from shmvec.engine.caller_threads import CallerThreads, caller_threads_for_pool
 from shmvec.engine.env_building import build_envs, describe_envs
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.interface import EngineBase
 from shmvec.engine.link import WorkerLink, mp_context
 from shmvec.engine.local_step import LocalStep
-from shmvec.engine.omp_spin import short_spin_for_pool
-from shmvec.engine.plan import describe_plan, plan_pool, usable_cores
 from shmvec.engine.rare_calls import Requests
 from shmvec.engine.resources import PoolResources, finalize_unclosed
 from shmvec.engine.restart import Rebuild, Restarter
-from shmvec.engine.script_setup import for_workers, worker_start
 from shmvec.engine.shard import EnvFailed, Shard
 from shmvec.engine.step_tree import StepTree
 from shmvec.engine.timing_run import timer
@@ -90,6 +86,10 @@ from shmvec.ipc.info_rows import InfoReader, InfoWriter
 from shmvec.ipc.protocol import Attach, Command, Hello, NextWait, Reset, RunOps, StepInfo
 from shmvec.ipc.signals import MAX_SPIN, Signal
 from shmvec.options import PoolOptions
+from shmvec.planning.plan import describe_plan, plan_pool, usable_cores
+from shmvec.processes.caller_threads import CallerThreads, caller_threads_for_pool
+from shmvec.processes.omp_spin import short_spin_for_pool
+from shmvec.processes.script_setup import for_workers, worker_start
 
 # With a timeout set, start-up gets at least this long: spawned workers import modules first.
 START_TIMEOUT = 30.0
@@ -120,7 +120,7 @@ class ShmPool(LocalStep, WorkerWaits, EngineBase):
             every env writes the other buffer, and :attr:`obs_leaves` then names it, so the caller may read the
             previous observations, in place, until the call after next starts (SB3's ``_last_obs``, zero-copy).
         batch_size: the caller collects in async batches of this many envs (``send``/``recv``), which the
-            automatic plan runs in workers only (:func:`~shmvec.engine.plan.choose`).
+            automatic plan runs in workers only (:func:`~shmvec.planning.plan.choose`).
     """
 
     def __init__(

@@ -20,7 +20,6 @@ from typing import Any, NoReturn, Protocol
 
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.link import WorkerLink
-from shmvec.engine.plan import usable_cores
 from shmvec.engine.restart import Restart
 from shmvec.engine.shard import EnvFailed, Shard
 from shmvec.errors import ShmVecError
@@ -28,6 +27,7 @@ from shmvec.ipc.interrupts import env_code, holding
 from shmvec.ipc.pickled import PickledLeaves
 from shmvec.ipc.protocol import Reset, RunOps
 from shmvec.ipc.wire import to_worker
+from shmvec.planning.plan import usable_cores
 
 
 class RequestsHost(Protocol):

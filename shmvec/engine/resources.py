@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from shmvec.engine import ops
-from shmvec.engine.caller_threads import CallerThreads
-from shmvec.engine.script_setup import LogRelay
 from shmvec.ipc import pinning
 from shmvec.ipc.arena import OwnedArena
 from shmvec.ipc.leftovers import reclaim
 from shmvec.ipc.signals import Signal
+from shmvec.processes.caller_threads import CallerThreads
+from shmvec.processes.script_setup import LogRelay
 
 if TYPE_CHECKING:
     from shmvec.engine.link import WorkerLink

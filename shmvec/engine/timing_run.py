@@ -1,6 +1,6 @@
 """The default plan's timing run, in a throwaway process: nothing of it stays in the caller's.
 
-``n_workers=None`` times one env before it plans (:mod:`~shmvec.engine.plan`). Timed in the
+``n_workers=None`` times one env before it plans (:mod:`~shmvec.planning.plan`). Timed in the
 caller's process, that env would draw from the caller's global generators (an env whose
 resets use ``np.random`` would then differ from ``DummyVecEnv``'s from the first reset),
 would be one more instance of the env in the caller's process (wrong for a library that
@@ -8,8 +8,8 @@ allows one instance per process, a simulator with one licence seat, a robot), an
 take the caller down with it. So it runs in a process of its own, started as a worker is
 (without the main script, with the script's set-up applied: its registered ids, its
 environment), which builds the env, turns off what it would record outside the process
-(:func:`~shmvec.engine.outside_effects.quieten`), times it
-(:func:`~shmvec.engine.env_timing.time_env_and_machine`), closes it and exits. An explicit
+(:func:`~shmvec.planning.outside_effects.quieten`), times it
+(:func:`~shmvec.planning.env_timing.time_env_and_machine`), closes it and exits. An explicit
 ``n_workers`` skips all of it.
 
 The process ends with the caller's need of it: a watchdog thread sees the main process die
@@ -48,13 +48,13 @@ from typing import Any
 
 import cloudpickle
 
-from shmvec.engine.env_timing import EnvTiming, time_env_and_machine
-from shmvec.engine.lean_start import SCRIPT_WORKER_PREFIX, WORKER_NAME_PREFIX
 from shmvec.engine.link import mp_context
-from shmvec.engine.outside_effects import NotTimed, quieten
-from shmvec.engine.plan_memory import env_identity
-from shmvec.engine.script_setup import WorkerStart, apply
 from shmvec.engine.worker import ORPHAN_EXIT_CODE, limit_threads, parent_watch
+from shmvec.planning.env_timing import EnvTiming, time_env_and_machine
+from shmvec.planning.outside_effects import NotTimed, quieten
+from shmvec.planning.plan_memory import env_identity
+from shmvec.processes.lean_start import SCRIPT_WORKER_PREFIX, WORKER_NAME_PREFIX
+from shmvec.processes.script_setup import WorkerStart, apply
 
 TIMING_TIMEOUT = 60.0  # seconds the timing process may take (building the env included) before the plan gives up
 TIMING_PROCESS = "timing"  # its name after the worker prefix
@@ -76,9 +76,9 @@ def timer(start_method: str, start: WorkerStart) -> Callable[[Callable[[], Any]]
 
 
 def time_in_process(ctx: Any, start: WorkerStart, env_fn: Callable[[], Any], timeout: float | None = None) -> EnvTiming:
-    """:func:`~shmvec.engine.env_timing.time_env_and_machine` of ``env_fn``, run in a new process
+    """:func:`~shmvec.planning.env_timing.time_env_and_machine` of ``env_fn``, run in a new process
     of ``ctx`` that starts as a worker with ``start``; raises :class:`TimingFailed`, or
-    :class:`~shmvec.engine.outside_effects.NotTimed` for an env that would be seen. ``timeout``:
+    :class:`~shmvec.planning.outside_effects.NotTimed` for an env that would be seen. ``timeout``:
     :data:`TIMING_TIMEOUT` (read at the call) if None."""
     timeout = TIMING_TIMEOUT if timeout is None else timeout
     receiver, sender = ctx.Pipe(duplex=False)

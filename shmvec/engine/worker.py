@@ -26,7 +26,6 @@ import numpy as np
 import threadpoolctl
 from gymnasium.vector import AutoresetMode
 
-from shmvec.engine import script_setup
 from shmvec.engine.env_building import build_envs, describe_envs
 from shmvec.engine.shard import EnvFailed, Shard
 from shmvec.ipc import layout as lay
@@ -49,6 +48,7 @@ from shmvec.ipc.protocol import (
     StepInfo,
 )
 from shmvec.ipc.signals import MAX_SPIN, Signal
+from shmvec.processes import script_setup
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 THREAD_ENV_VARS += ("VECLIB_MAXIMUM_THREADS",)
@@ -185,7 +185,7 @@ def worker_main(
 def _load(blob: bytes, what: str, worker: int) -> Any:
     """Unpickle ``blob``, which a worker needs before it builds its envs.
 
-    A worker does not run the user's main script (:mod:`~shmvec.engine.lean_start`), so a
+    A worker does not run the user's main script (:mod:`~shmvec.processes.lean_start`), so a
     module the blob needs must be importable by name here: if one is not, say which.
     """
     try:

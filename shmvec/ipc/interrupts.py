@@ -194,7 +194,7 @@ def holding(method: F) -> F:
 
 def on_closed(hook: Callable[[], None]) -> None:
     """Have ``hook()`` run in a thread whose call raises :class:`~shmvec.errors.ClosedEnvError` (an env
-    that another thread closed: :mod:`~shmvec.engine.caller_threads` gives the thread back what it
+    that another thread closed: :mod:`~shmvec.processes.caller_threads` gives the thread back what it
     set there). Every public call of the adapters, and every call into a pool, is a held call."""
     _closed_hooks.append(hook)
 

@@ -3,10 +3,10 @@
 ENV is a registered Gymnasium id (``CartPole-v1``) or ``module:callable`` returning an
 env. The tuner times one env's step (as ``n_workers=None`` does at start-up), then steps
 SB3's ``DummyVecEnv`` and ``SubprocVecEnv``, Gymnasium's ``SyncVectorEnv`` and
-``AsyncVectorEnv`` and every shmvec configuration :mod:`shmvec.engine.plan` considers,
+``AsyncVectorEnv`` and every shmvec configuration :mod:`shmvec.planning.plan` considers,
 all alive at once and taking turns (round-robin, medians), and prints a table and the
 constructor line it recommends: the configuration ``n_workers=None`` chooses, which is
-:func:`shmvec.engine.plan.choose` of the same timing; then ``envs.timings`` of that
+:func:`shmvec.planning.plan.choose` of the same timing; then ``envs.timings`` of that
 configuration's last sample (the caller's share, the envs', ...: :mod:`shmvec.engine.timings`).
 Implementations that are not installed (SB3) are skipped.
 
@@ -36,8 +36,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shmvec.engine import plan as autoconfig
-from shmvec.engine.env_timing import time_env_and_machine
+from shmvec.planning import plan as autoconfig
+from shmvec.planning.env_timing import time_env_and_machine
 from shmvec.tools.demo import measure as steps_per_second
 from shmvec.tools.stand_in import CHOICES, StandIn, stand_in_policy
 

@@ -1,1 +1,2 @@
-"""Tests of shmvec.engine: plan, workers and shards, async batches, failures, restarts, resources."""
+"""Tests of shmvec.engine: workers and shards, step paths, async batches, failures, restarts,
+resources, the timing process."""

@@ -37,8 +37,8 @@ from hypothesis import strategies as st
 from shmvec import ShmVectorEnv
 from shmvec.engine import timing_run
 from shmvec.engine.link import mp_context
-from shmvec.engine.script_setup import worker_start
 from shmvec.options import PoolOptions
+from shmvec.processes.script_setup import worker_start
 from tests.global_rng_env import builds
 from tests.helpers import REPO, gone, poll_until
 from tests.recording_envs import SlowEnv

@@ -1,5 +1,5 @@
 """The default plan's timing run (:mod:`shmvec.engine.timing_run`) leaves no trace in the caller's
-process, and a loaded machine does not flip its verdict (:mod:`shmvec.engine.env_timing`).
+process, and a loaded machine does not flip its verdict (:mod:`shmvec.planning.env_timing`).
 
 - Building a default pool leaves the caller's ``np.random`` and ``random`` states as they
   were, and builds in the caller's process exactly the envs of the main shard (the timed
@@ -27,11 +27,12 @@ import numpy as np
 import pytest
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
-from shmvec.engine import env_timing, timing_run
-from shmvec.engine.machine import usable_cpus
-from shmvec.engine.plan import WAITING_SHARE, plan_pool
-from shmvec.engine.script_setup import worker_start
+from shmvec.engine import timing_run
 from shmvec.options import PoolOptions
+from shmvec.planning import env_timing
+from shmvec.planning.machine import usable_cpus
+from shmvec.planning.plan import WAITING_SHARE, plan_pool
+from shmvec.processes.script_setup import worker_start
 from tests.global_rng_env import BusyEnv, CountingEnv, GlobalRngEnv, WaitingEnv, builds
 from tests.goal_envs import GoalReach, MaskedWalk
 

@@ -1,5 +1,5 @@
 """The default's timing run leaves nothing a ``SyncVectorEnv`` (``DummyVecEnv``) run would not
-(:mod:`shmvec.engine.outside_effects`).
+(:mod:`shmvec.planning.outside_effects`).
 
 - CleanRL's ``make_env(..., capture_video=True)``: the run's ``videos/`` folder holds the same
   videos as ``SyncVectorEnv``'s run (the timing used to record its random episodes there).
@@ -22,10 +22,10 @@ from gymnasium.vector import SyncVectorEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
 from shmvec.engine import timing_run
-from shmvec.engine.outside_effects import NotTimed, quieten
-from shmvec.engine.plan import plan_pool, usable_cores
-from shmvec.engine.script_setup import worker_start
 from shmvec.options import PoolOptions
+from shmvec.planning.outside_effects import NotTimed, quieten
+from shmvec.planning.plan import plan_pool, usable_cores
+from shmvec.processes.script_setup import worker_start
 from tests.recording_envs import FRAMED_CARTPOLE, STUB_MOVIEPY, make_env
 
 NUM_ENVS = 4

@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, StepTimeoutError, WorkerDiedError
-from shmvec.engine.plan import usable_cores
+from shmvec.planning.plan import usable_cores
 from tests.faulty import Boom, FaultyEnv
 from tests.helpers import assert_same
 

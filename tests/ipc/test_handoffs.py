@@ -25,13 +25,13 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from shmvec.engine.async_schedule import IN_FLIGHT, AsyncSchedule
-from shmvec.engine.caller_threads import CallerThreads
 from shmvec.engine.link import WorkerLink
 from shmvec.engine.shard import Shard
 from shmvec.engine.worker import _catch_up, _Sends, _serve
 from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.protocol import SENT_SPAN, SEQ_SPAN, Command, post_word, read_word
+from shmvec.processes.caller_threads import CallerThreads
 
 WAIT = 5.0  # seconds; only a broken hand-off makes a test wait this long
 

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from shmvec.engine import plan as autoconfig
+from shmvec.planning import plan as autoconfig
 from shmvec.tools import tune
 from shmvec.tools.stand_in import stand_in_policy
 

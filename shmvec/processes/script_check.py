@@ -1,7 +1,7 @@
 """Whether the main script sets up anything that workers will not see, and one warning that says so.
 
-A worker does not run the main script (:mod:`~shmvec.engine.lean_start`); it takes on what
-:mod:`~shmvec.engine.script_setup` carries. What else the script's top level does (a
+A worker does not run the main script (:mod:`~shmvec.processes.lean_start`); it takes on what
+:mod:`~shmvec.processes.script_setup` carries. What else the script's top level does (a
 monkeypatch, ``torch.set_default_dtype``, ``mylib.CONFIG["x"] = 5``) stays in the main
 process. :func:`missed_lines` finds such statements in the script's source (one
 ``ast.parse``, ~1 ms): at the top level, outside the ``if __name__ == "__main__":`` block,

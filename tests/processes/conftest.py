@@ -1,4 +1,4 @@
-"""Fixtures of the engine's tests."""
+"""Fixtures of the tests of what shmvec does in your process."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A layout chosen from a ~50 ms timing follows the timing's noise wherever the env's step cost
 lies near the cost at which two layouts are predicted equally fast: HalfCheetah-v5 x8 on 2
 cores sits there, and fresh processes took turns between them. Near such a point the
-two layouts are within the model's own error of each other, so :func:`~shmvec.engine.plan.choose`
+two layouts are within the model's own error of each other, so :func:`~shmvec.planning.plan.choose`
 keeps the layout remembered here unless the new timing predicts another at least
 :data:`KEEP_MARGIN` faster (hysteresis); a real change (another machine, an env made heavier)
 still moves it.
@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shmvec.engine.outside_effects import layers
+from shmvec.planning.outside_effects import layers
 
 CACHE_VAR = "SHMVEC_PLAN_CACHE"
 OFF = ("", "0", "off", "false", "no")

@@ -1,7 +1,7 @@
 """The script's process set-up, carried to workers that do not run the script.
 
 Under forkserver and spawn a worker does not import the main script
-(:mod:`~shmvec.engine.lean_start`), so what the script set up at its top would be lost.
+(:mod:`~shmvec.processes.lean_start`), so what the script set up at its top would be lost.
 What can be carried without running the script is captured once per pool, in the main
 process (:func:`capture`), and applied in each worker before its env_fns are loaded
 (:func:`apply`), so that every env of a vector env sees one set-up, in a worker or in
@@ -15,7 +15,7 @@ environment variables      ``os.environ`` at pool creation, whole (the forkserve
 ``warnings`` filters       ``warnings.filters``, and ``logging.captureWarnings``
 logging                    the levels of the root and of every logger given one; records
                            go back to the main process's handlers, each once
-                           (:mod:`~shmvec.engine.log_relay`)
+                           (:mod:`~shmvec.processes.log_relay`)
 ``random``, ``np.random``  worker k starts each from a state derived from the parent's state
                            of it at pool creation, the pool's index in this process, k and
                            k's restarts so far (:func:`worker_rng_states`): streams that
@@ -26,7 +26,7 @@ Gymnasium                  the registry (the parent's spec wins, also over ids a
                            ``gym.logger``'s level
 anything else              ``worker_init=`` (run in each worker after the above, before
                            its env_fns), or ``import_main=True``; see
-                           :mod:`~shmvec.engine.script_check`
+                           :mod:`~shmvec.processes.script_check`
 =========================  ==============================================================
 
 Under fork a worker inherits all of it; applying it again changes nothing but the generators'
@@ -52,9 +52,9 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 
-from shmvec.engine.log_relay import LogRelay, relay_to
-from shmvec.engine.script_check import main_script, setup_is_shared, warn_once
 from shmvec.options import PoolOptions
+from shmvec.processes.log_relay import LogRelay, relay_to
+from shmvec.processes.script_check import main_script, setup_is_shared, warn_once
 
 
 @dataclass
@@ -166,7 +166,7 @@ def setup_blob(setup: ScriptSetup) -> bytes:
 
 def apply(setup: ScriptSetup, log_queue: Any, worker: int | None = None, restarts: int = 0) -> None:
     """In worker ``worker``, restarted ``restarts`` times before, before its env_fns are loaded:
-    take on ``setup``; log records go to ``log_queue`` (:mod:`~shmvec.engine.log_relay`).
+    take on ``setup``; log records go to ``log_queue`` (:mod:`~shmvec.processes.log_relay`).
     ``worker`` None (the timing process): the global generators take the parent's states as they are."""
     for name in set(os.environ) - set(setup.environ):
         del os.environ[name]

@@ -13,15 +13,16 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
-from shmvec.engine import caller_threads, env_timing
-from shmvec.engine import plan as autoconfig
 from shmvec.engine import pool as pool_module
-from shmvec.engine.machine import Cpus
-from shmvec.engine.plan import ISOLATION_TOLERANCE, candidates, choose, explicit, predicted_step_time
 from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import NextWait
 from shmvec.ipc.signals import MAX_SPIN
 from shmvec.options import PoolOptions
+from shmvec.planning import env_timing
+from shmvec.planning import plan as autoconfig
+from shmvec.planning.machine import Cpus
+from shmvec.planning.plan import ISOLATION_TOLERANCE, candidates, choose, explicit, predicted_step_time
+from shmvec.processes import caller_threads
 from tests.envs import cartpole
 from tests.helpers import assert_same
 

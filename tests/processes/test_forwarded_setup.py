@@ -1,8 +1,8 @@
 """The script's set-up reaches workers however the script is run: piped (``python -``), as
 ``python -c``, or as a file without the ``if __name__ == "__main__":`` guard.
 
-Workers do not run the script (:mod:`shmvec.engine.lean_start`); what it set up at its top
-is carried to them (:mod:`shmvec.engine.script_setup`). Each test runs a script in a fresh
+Workers do not run the script (:mod:`shmvec.processes.lean_start`); what it set up at its top
+is carried to them (:mod:`shmvec.processes.script_setup`). Each test runs a script in a fresh
 interpreter that seeds ``np.random``, sets an environment variable and configures logging
 to its stdout, then asks each env (in a worker of its own) what it sees: the variable, the
 first ``np.random.random()`` of its worker's stream (derived from the seeded state and the
@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from shmvec.engine.script_setup import worker_rng_states
+from shmvec.processes.script_setup import worker_rng_states
 
 TIMEOUT = 90  # seconds; a hang fails the test
 

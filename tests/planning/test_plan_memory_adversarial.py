@@ -1,4 +1,4 @@
-"""The plan's memory (:mod:`shmvec.engine.plan_memory`) under many writers at once and with odd
+"""The plan's memory (:mod:`shmvec.planning.plan_memory`) under many writers at once and with odd
 contents at its path: no update is lost, nothing there raises, blocks or reaches the planner
 unless it is an entry the plan can use, and the next write leaves a valid file."""
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shmvec.engine import plan_memory
+from shmvec.planning import plan_memory
 
 KEY = "0123456789abcdef01234567"  # plan_key's form
 OTHER = "fedcba9876543210fedcba98"

@@ -14,7 +14,7 @@ it does need of the parent's state travels explicitly:
   so an env module beside the script imports as it does in the parent;
 - what the script set up at its top and can be carried without running it (logging,
   warnings filters, environment variables, the global random states, the Gymnasium
-  registry): :mod:`~shmvec.engine.script_setup`.
+  registry): :mod:`~shmvec.processes.script_setup`.
 
 :func:`start_without_main` makes multiprocessing leave the main module out of what it
 sends to processes named ``shmvec-worker-*`` (``multiprocessing.spawn.get_preparation_data``,
@@ -56,5 +56,5 @@ def start_without_main() -> None:
 
 
 def env_fns_blob(env_fns: list, env_wrapper: Any) -> bytes:
-    """What a worker unpickles after its set-up (:mod:`~shmvec.engine.script_setup`): its env_fns and the wrapper."""
+    """What a worker unpickles after its set-up (:mod:`~shmvec.processes.script_setup`): its env_fns and the wrapper."""
     return cloudpickle.dumps((env_fns, env_wrapper))

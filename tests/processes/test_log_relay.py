@@ -4,7 +4,7 @@ keep up costs a worker a bounded wait, then records dropped and counted; each re
 handler once, under every start method.
 
 The envs (tests/logging_envs.py) log from their worker; the records come back through
-:class:`shmvec.engine.log_relay.LogRelay`, whose last ones are in once ``close()`` returns.
+:class:`shmvec.processes.log_relay.LogRelay`, whose last ones are in once ``close()`` returns.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from shmvec import ShmVectorEnv
-from shmvec.engine import log_relay
+from shmvec.processes import log_relay
 from tests.helpers import pool_pids
 from tests.logging_envs import LoggingEnv
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
-from shmvec.engine.omp_spin import MAX_IDLE, MIN_IDLE, ShortSpin, loaded_libgomp
+from shmvec.processes.omp_spin import MAX_IDLE, MIN_IDLE, ShortSpin, loaded_libgomp
 from tests.envs import cartpole
 from tests.helpers import poll_until
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from shmvec.engine import machine, plan
-from shmvec.engine.machine import available_memory, cgroup_quota, physical_cores, usable_cpus
+from shmvec.planning import machine, plan
+from shmvec.planning.machine import available_memory, cgroup_quota, physical_cores, usable_cpus
 
 GIB = 2**30
 

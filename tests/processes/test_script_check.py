@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from shmvec.engine import script_check
-from shmvec.engine.script_check import missed_lines, setup_is_shared
 from shmvec.options import PoolOptions
+from shmvec.processes import script_check
+from shmvec.processes.script_check import missed_lines, setup_is_shared
 
 
 def missed(source: str) -> list[int]:
@@ -165,7 +165,7 @@ def test_the_set_up_is_shared_where_workers_get_it_all(monkeypatch, tmp_path):
 def test_a_worker_init_that_cannot_be_pickled_is_refused_before_any_worker_starts():
     import threading
 
-    from shmvec.engine.script_setup import worker_start
+    from shmvec.processes.script_setup import worker_start
 
     lock = threading.Lock()
     with pytest.raises(TypeError, match="worker_init=.* cannot be pickled"):
@@ -175,7 +175,7 @@ def test_a_worker_init_that_cannot_be_pickled_is_refused_before_any_worker_start
 def test_the_log_relay_leaves_nothing_in_dev_shm_and_takes_every_record(caplog):
     """A multiprocessing.Queue would hold three named semaphores (sem.mp-*), left behind for good when a
     process group is killed; the relay's datagrams need none, and a record too long for one is cut."""
-    from shmvec.engine.log_relay import MAX_RECORD_BYTES, LogRelay
+    from shmvec.processes.log_relay import MAX_RECORD_BYTES, LogRelay
 
     before = {name for name in os.listdir("/dev/shm") if name.startswith("sem.")}
     relay = LogRelay()

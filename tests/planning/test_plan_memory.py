@@ -1,5 +1,5 @@
 """The default keeps the layout it chose before on this machine for this env, unless a new timing
-predicts another clearly faster (:mod:`shmvec.engine.plan_memory`, :func:`shmvec.engine.plan.choose`'s ``keep``).
+predicts another clearly faster (:mod:`shmvec.planning.plan_memory`, :func:`shmvec.planning.plan.choose`'s ``keep``).
 
 8 HalfCheetah-like envs on 2 cores sit where the main process alone and the main process plus a
 worker are predicted equally fast (~31 µs a step at the calibration's speed); its timings spread
@@ -13,13 +13,14 @@ import functools
 import gymnasium as gym
 import pytest
 
-from shmvec.engine import plan as autoconfig
-from shmvec.engine import plan_memory, timing_run
-from shmvec.engine.env_timing import EnvTiming
-from shmvec.engine.machine import Cpus
-from shmvec.engine.plan import choose
-from shmvec.engine.script_setup import worker_start
+from shmvec.engine import timing_run
 from shmvec.options import PoolOptions
+from shmvec.planning import plan as autoconfig
+from shmvec.planning import plan_memory
+from shmvec.planning.env_timing import EnvTiming
+from shmvec.planning.machine import Cpus
+from shmvec.planning.plan import choose
+from shmvec.processes.script_setup import worker_start
 
 ALONE, WITH_A_WORKER = (0, True), (1, True)
 BELOW, ABOVE = 28e-6, 36e-6  # 8 envs, 2 cores: each side of the near-tie, both within the margin

@@ -42,8 +42,8 @@ import threading
 import time
 from typing import Literal
 
-from shmvec.engine.omp_spin import ShortSpin
 from shmvec.ipc import interrupts
+from shmvec.processes.omp_spin import ShortSpin
 
 logger = logging.getLogger("shmvec")
 

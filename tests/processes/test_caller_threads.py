@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmvec import ClosedEnvError, ShmPoolVecEnv, ShmVectorEnv
-from shmvec.engine.caller_threads import HEAVY, LIGHT, WINDOW, CallerThreads
+from shmvec.processes.caller_threads import HEAVY, LIGHT, WINDOW, CallerThreads
 from tests.envs import cartpole
 
 torch = pytest.importorskip("torch")
@@ -255,7 +255,7 @@ def test_the_callers_counts_come_back_whatever_the_order(data):
     count it last set itself, and at every point a thread started anew gets that count too.
 
     The caller's own counts (4, 5) are never one a pool sets (1 to 3): a count the caller set that
-    equals the one a pool set cannot be told from it (see shmvec.engine.caller_threads)."""
+    equals the one a pool set cannot be told from it (see shmvec.processes.caller_threads)."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
     before = torch.get_num_threads()
     try:

@@ -1,6 +1,6 @@
 """Timing an env at start-up: its step's wall time, how much of it is CPU, and this machine's speed.
 
-:mod:`~shmvec.engine.plan` prices every layout with overheads calibrated on one machine
+:mod:`~shmvec.planning.plan` prices every layout with overheads calibrated on one machine
 (its ``T_*`` constants); :func:`time_env_and_machine` says how long the user's env takes
 against those overheads here, and whether it computes or waits.
 """
@@ -65,7 +65,7 @@ def time_env_and_machine(
     The time of those calls is not counted in the step's: with workers they run in parallel,
     but MaskablePPO on 8 envs whose masks cost 4x their step, planned so, took 2 workers and
     trained 1.5x slower than in the main process on 2 cores (its policy's many small ops
-    slowed by the short OpenMP spins, :mod:`~shmvec.engine.omp_spin`; 1.0x without them).
+    slowed by the short OpenMP spins, :mod:`~shmvec.processes.omp_spin`; 1.0x without them).
     """
     env, run_queue = env_fn(), RunQueue()
     try:

@@ -29,7 +29,7 @@ import sys
 import numpy as np
 import pytest
 
-from shmvec.engine.script_setup import worker_rng_states
+from shmvec.processes.script_setup import worker_rng_states
 
 pytest.importorskip("stable_baselines3")  # the scripts compare with SB3's SubprocVecEnv
 

@@ -4,7 +4,7 @@ again, under every start method.
 
 Worker ``k`` of the process's pool ``p``, restarted ``r`` times, starts each generator from a state
 derived from the main process's state of that generator at the pool's creation and from
-``(p, k, r)`` (:func:`shmvec.engine.script_setup.worker_rng_states`, docs/process.md).
+``(p, k, r)`` (:func:`shmvec.processes.script_setup.worker_rng_states`, docs/process.md).
 :class:`tests.global_rng_env.GlobalRngEnv`'s ``draws`` returns the next number of each.
 """
 
@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shmvec import ShmVectorEnv
-from shmvec.engine.script_setup import pools_made, worker_rng_states
+from shmvec.processes.script_setup import pools_made, worker_rng_states
 from tests.global_rng_env import DyingRngEnv, GlobalRngEnv
 
 START_METHODS = [method for method in ("fork", "forkserver", "spawn") if method in mp.get_all_start_methods()]

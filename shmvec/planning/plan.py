@@ -1,11 +1,11 @@
 """How a pool runs when nobody said: worker count, main shard and wait policy.
 
 ``n_workers=None`` (the default) times the env at start-up
-(:func:`~shmvec.engine.env_timing.time_env_and_machine`: one extra env built from ``env_fns[-1]`` in a
+(:func:`~shmvec.planning.env_timing.time_env_and_machine`: one extra env built from ``env_fns[-1]`` in a
 throwaway process, :mod:`~shmvec.engine.timing_run`, a few random steps within ~50 ms, closed again) and
 picks, among everything in the main process (``n_workers=0, main_shard=True``), the main process plus
 ``P - 1`` workers (``main_shard=True``) and ``P`` workers (the main process only waits), for ``P`` up to the
-usable cores (:mod:`~shmvec.engine.machine`: the affinity set within the cgroup CPU quota, SMT siblings
+usable cores (:mod:`~shmvec.planning.machine`: the affinity set within the cgroup CPU quota, SMT siblings
 counted once), the one the overhead model predicts fastest::
 
     step time = max(largest shard * t_env + per worker * (P - 2), CPU of all lanes / cores)
@@ -23,7 +23,7 @@ it is under :data:`WAITING_SHARE` the candidates go beyond the cores, up to one 
 its own cycle's CPU (:data:`T_WORKER_CYCLE`) on the shared cores and its turn in the main process (lanes are
 processes: 256 envs waiting 2 ms reached 0.17 of the N/wait limit from one process of 256 threads, 0.3 from 128
 processes, on 2 cores). The overheads are Python work, so they are scaled by how fast this machine runs Python
-(a reference loop timed in turns with the env, :func:`~shmvec.engine.env_timing.time_env_and_machine`).
+(a reference loop timed in turns with the env, :func:`~shmvec.planning.env_timing.time_env_and_machine`).
 
 The model is that of a training loop, the loop users run: the caller computes (a policy's forward pass)
 between steps, and every step with workers is charged a wake-up (:data:`T_SYNC_BLOCK`) on its critical path:
@@ -32,16 +32,16 @@ they share the cores with the caller's threads (:class:`~shmvec.ipc.protocol.Nex
 threads then run slower too (:data:`T_CALLER_TAX`). A few light envs then stay in the main process, where this
 would cost more than the envs' whole step. The plan is made before the caller's first step, so it prices a
 caller whose compute between steps is heavy (SAC's gradient step per env step, a CNN): with a light one (an
-MLP policy) the pool gives torch's threads to the workers' cores (:mod:`~shmvec.engine.caller_threads`), and a
+MLP policy) the pool gives torch's threads to the workers' cores (:mod:`~shmvec.processes.caller_threads`), and a
 worker would cost less than this. Calls the caller makes every step are priced from what the env has: an
 ``env_method`` round trip each for ``action_masks`` (MaskablePPO) and ``compute_reward`` (HER), and for the
 latter a gradient step between every two steps (:data:`T_TRAINING_CALLER`). Among the candidates within
 :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env in the main process, and a layout
-chosen before on this machine for this env (:mod:`~shmvec.engine.plan_memory`) within its margin of it.
+chosen before on this machine for this env (:mod:`~shmvec.planning.plan_memory`) within its margin of it.
 When the lanes outnumber the cores nobody spins: every wait blocks.
 
 An explicit ``n_workers=K`` is obeyed as given (``main_shard`` only if asked); only the wait policy is chosen.
-Everything here but :func:`~shmvec.engine.env_timing.time_env_and_machine` and :func:`usable_cores` is pure:
+Everything here but :func:`~shmvec.planning.env_timing.time_env_and_machine` and :func:`usable_cores` is pure:
 :func:`choose` is unit-tested with injected timings and is what ``python -m shmvec.tune`` recommends.
 
 Isolation: only ``n_workers=len(env_fns)`` with ``main_shard`` left unset (or False) guarantees one env per
@@ -57,13 +57,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shmvec.engine.env_timing import EnvTiming, time_env_and_machine
-from shmvec.engine.machine import available_memory, usable_cpus
-from shmvec.engine.outside_effects import NotTimed
-from shmvec.engine.plan_memory import KEEP_MARGIN, plan_key, recall, remember
-from shmvec.engine.script_check import setup_is_shared
 from shmvec.ipc.signals import MAX_SPIN
 from shmvec.options import PoolOptions
+from shmvec.planning.env_timing import EnvTiming, time_env_and_machine
+from shmvec.planning.machine import available_memory, usable_cpus
+from shmvec.planning.outside_effects import NotTimed
+from shmvec.planning.plan_memory import KEEP_MARGIN, plan_key, recall, remember
+from shmvec.processes.script_check import setup_is_shared
 
 logger = logging.getLogger("shmvec")
 
@@ -147,7 +147,7 @@ def usable_cores() -> int:
 def max_lanes(num_envs: int) -> int:
     """Most workers worth starting for ``num_envs`` waiting envs: one per env, within
     :data:`MAX_LANES`, the memory available (:data:`WORKER_MEMORY` each; ``MemAvailable``
-    within the cgroup memory limits, see :func:`~shmvec.engine.machine.available_memory`)
+    within the cgroup memory limits, see :func:`~shmvec.planning.machine.available_memory`)
     and the file descriptors the main process may open (a few per worker)."""
     limit = min(num_envs, MAX_LANES)
     try:
@@ -181,7 +181,7 @@ def predicted_step_time(
     trains_every_step: bool = False,
 ) -> float:
     """Seconds per synchronous vector step of this configuration (the overhead model);
-    ``scale`` multiplies the overheads (:mod:`~shmvec.engine.env_timing`). ``caller_computes``: the
+    ``scale`` multiplies the overheads (:mod:`~shmvec.planning.env_timing`). ``caller_computes``: the
     caller runs a policy between steps, so workers wake up from a blocked wait each step
     and the policy's threads pay :data:`T_CALLER_TAX` (``False``: a bare stepping loop,
     where they spin). ``cpu_share``: the part of ``t_env`` that is CPU (the rest waits).
@@ -238,13 +238,13 @@ def choose(
     keep: tuple[int, bool] | None = None,
 ) -> Plan:
     """The configuration the model predicts fastest, preferring envs out of the main process on near-ties
-    and ``keep`` (``(n_workers, main_shard)`` chosen before) within :data:`~shmvec.engine.plan_memory.KEEP_MARGIN`.
+    and ``keep`` (``(n_workers, main_shard)`` chosen before) within :data:`~shmvec.planning.plan_memory.KEEP_MARGIN`.
 
-    ``scale``: how much slower than the calibration machine this one runs Python (:mod:`~shmvec.engine.env_timing`).
+    ``scale``: how much slower than the calibration machine this one runs Python (:mod:`~shmvec.planning.env_timing`).
     ``cpu_share``: the share of ``t_env`` that is CPU; under :data:`WAITING_SHARE` the env is
     planned as waiting, with up to ``lanes`` workers (default :func:`max_lanes`).
     ``mix=False``: no plan with envs both in the main process and in workers.
-    ``calls_per_step``: ``env_method`` calls each step (:data:`~shmvec.engine.env_timing.PER_STEP_CALLS`);
+    ``calls_per_step``: ``env_method`` calls each step (:data:`~shmvec.planning.env_timing.PER_STEP_CALLS`);
     ``trains_every_step``: the env has ``compute_reward`` (HER: a gradient step per env step).
     ``batch_size`` (fewer than ``num_envs``): the caller collects in async batches, so every env
     runs in a worker (``main_shard`` False unless given), stepping one batch while the caller
@@ -365,10 +365,10 @@ def plan_pool(
     """The plan for a pool of ``env_fns`` with ``options``: :func:`explicit` if ``n_workers`` is
     set, else timed by ``time_env`` (in a throwaway process, :mod:`~shmvec.engine.timing_run`) on the
     last env's factory (scripts that treat one env apart treat env 0: CleanRL records its episodes),
-    and chosen (:func:`choose`), keeping a layout chosen before near the best (:mod:`~shmvec.engine.plan_memory`).
+    and chosen (:func:`choose`), keeping a layout chosen before near the best (:mod:`~shmvec.planning.plan_memory`).
     With ``main_shard`` unset, envs go both to the main process and to workers only where they see
-    one set-up there (:func:`~shmvec.engine.script_check.setup_is_shared`). An env that cannot be
-    timed (it raises) or would be seen (rendering to a window, :mod:`~shmvec.engine.outside_effects`)
+    one set-up there (:func:`~shmvec.processes.script_check.setup_is_shared`). An env that cannot be
+    timed (it raises) or would be seen (rendering to a window, :mod:`~shmvec.planning.outside_effects`)
     runs in one worker per core: a worker then reports its error with the traceback.
     """
     num_envs, cpus = len(env_fns), usable_cpus()

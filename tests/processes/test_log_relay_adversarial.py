@@ -1,11 +1,11 @@
-"""Generated records thrown at the log relay's sender (:func:`shmvec.engine.log_relay.datagram`):
+"""Generated records thrown at the log relay's sender (:func:`shmvec.processes.log_relay.datagram`):
 any message length and character width, any number and size of ``extra=`` attributes (some that
 do not pickle, some whose repr raises), args that do not fit the message, an exception, a huge
 logger name. Whatever comes in, ``datagram`` returns after a bounded number of picklings, its
 output fits one datagram and unpickles to a ``LogRecord``, and whatever was cut or dropped says so.
 
 A pure function: each example costs milliseconds. The end-to-end case (a worker's env logging such
-a record) is in tests/test_log_relay.py.
+a record) is in tests/processes/test_log_relay.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shmvec.engine import log_relay
+from shmvec.processes import log_relay
 
 CUT = "shmvec's log relay cut"
 DROPPED = "shmvec's log relay dropped"
