@@ -12,7 +12,10 @@ import pytest
 ROOT = Path(__file__).parent.parent
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 DOTTED = re.compile(r"\bshmvec(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
-FILES = re.compile(r"\b(?:(?:shmvec|bench|tests|examples)/[A-Za-z0-9_/]+|(?:engine|planning|processes|ipc|adapters|backends|tools)/[a-z_]+)\.py\b")
+PACKAGES = ("engine", "planning", "processes", "ipc", "adapters", "backends", "tools")
+FILES = re.compile(
+    r"\b(?:(?:shmvec|bench|tests|examples)/[A-Za-z0-9_/]+|(?:" + "|".join(PACKAGES) + r")/[a-z_]+)\.py\b"
+)
 NEEDS = {"stable_baselines3": "ShmPoolVecEnv", "ray": "backends.ray"}
 LOGGERS = {"shmvec.script"}  # logger names, not modules
 OTHER_PROJECTS = {"upstream-tests.md"}  # names files of the references' own test suites
@@ -55,6 +58,6 @@ def test_each_dotted_path_the_docs_name_resolves(page, dotted):
 def test_each_source_file_the_docs_name_exists(page, path):
     if page in OTHER_PROJECTS:
         return
-    if path.split("/")[0] in ("engine", "planning", "processes", "ipc", "adapters", "backends", "tools"):
+    if path.split("/")[0] in PACKAGES:
         path = f"shmvec/{path}"  # a module named by its package, as the docs name them
     assert (ROOT / path).is_file(), f"{page} names {path}, which does not exist"
