@@ -584,3 +584,22 @@ class SleepEnv(gym.Env):
     def step(self, action):
         time.sleep(action)
         return np.float32(0), 0.0, False, False, {}
+
+
+class EndsAt(gym.Env):
+    """Returns an info each step and ends its episode at step ``end``."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float64)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, end: int):
+        self.end = end
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2), {"start": float(self.end)}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(2, self.t / 10), 1.0, self.t == self.end, False, {"t": self.t}

@@ -17,7 +17,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, WorkerDiedError
 from shmvec.engine.step_tree import FANOUT, children_of
-from tests.envs import make_any_space
+from tests.envs import EndsAt, cartpole, make_any_space
 from tests.faulty import Boom, FaultyEnv
 from tests.helpers import assert_same, gone
 
@@ -38,10 +38,6 @@ def test_every_worker_but_the_roots_has_one_earlier_parent(n_workers):
     for child in sorted(parents):
         depth[child] = depth[parents[child]] + 1
     assert max(depth.values()) <= 1 + np.log(n_workers) / np.log(FANOUT)
-
-
-def cartpole():
-    return gym.make("CartPole-v1")
 
 
 def test_a_tree_pool_equals_dummyvecenv_on_cartpole(closing):
@@ -119,25 +115,6 @@ def test_close_with_a_step_a_parent_never_forwarded_is_quick(closing):
     env.close()
     assert time.monotonic() - start < 2.0  # close() terminates workers still there after 3 s
     assert all(gone(pid) for pid in children)
-
-
-class EndsAt(gym.Env):
-    """Returns an info each step and ends its episode at step ``end``."""
-
-    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float64)
-    action_space = gym.spaces.Discrete(2)
-
-    def __init__(self, end: int):
-        self.end = end
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2), {"start": float(self.end)}
-
-    def step(self, action):
-        self.t += 1
-        return np.full(2, self.t / 10), 1.0, self.t == self.end, False, {"t": self.t}
 
 
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
