@@ -9,7 +9,6 @@ import signal
 import threading
 import time
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
