@@ -603,3 +603,23 @@ class EndsAt(gym.Env):
     def step(self, action):
         self.t += 1
         return np.full(2, self.t / 10), 1.0, self.t == self.end, False, {"t": self.t}
+
+
+class WaitingRandomEnv(gym.Env):
+    """Waits in a syscall each step, draws from its own generator and returns an info a row can hold."""
+
+    observation_space = gym.spaces.Box(-10.0, 10.0, (3,), np.float64)
+    action_space = gym.spaces.Discrete(3)
+    wait = 1e-3  # seconds each step sleeps
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.uniform(-1, 1, 3), {"start": float(self.np_random.uniform())}
+
+    def step(self, action):
+        time.sleep(self.wait)
+        self.t += 1
+        obs = self.np_random.uniform(-1, 1, 3) + action
+        info = {"t": self.t, "noise": np.float32(self.np_random.normal())}
+        return obs, float(obs.sum()), bool(obs[0] > 2.5), self.t >= 9, info

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import time
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
@@ -14,30 +13,12 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, StepTimeoutError, WorkerDiedError
 from shmvec.planning.plan import usable_cores
+from tests.envs import WaitingRandomEnv
 from tests.faulty import Boom, FaultyEnv
 from tests.helpers import assert_same
 
 N = 12
-WAIT = 1e-3
-
-
-class WaitingRandomEnv(gym.Env):
-    """Waits in a syscall each step, draws from its own generator and returns an info a row can hold."""
-
-    observation_space = gym.spaces.Box(-10.0, 10.0, (3,), np.float64)
-    action_space = gym.spaces.Discrete(3)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self.np_random.uniform(-1, 1, 3), {"start": float(self.np_random.uniform())}
-
-    def step(self, action):
-        time.sleep(WAIT)
-        self.t += 1
-        obs = self.np_random.uniform(-1, 1, 3) + action
-        info = {"t": self.t, "noise": np.float32(self.np_random.normal())}
-        return obs, float(obs.sum()), bool(obs[0] > 2.5), self.t >= 9, info
+WAIT = WaitingRandomEnv.wait
 
 
 def test_the_default_gives_waiting_envs_more_workers_than_cores_and_equals_dummyvecenv(closing):
