@@ -623,3 +623,31 @@ class WaitingRandomEnv(gym.Env):
         obs = self.np_random.uniform(-1, 1, 3) + action
         info = {"t": self.t, "noise": np.float32(self.np_random.normal())}
         return obs, float(obs.sum()), bool(obs[0] > 2.5), self.t >= 9, info
+
+
+class ClockedEnv(gym.Env):
+    """Computes (``wait=False``) or sleeps ``seconds`` per step; at close, appends its steps' own
+    wall times to ``path`` as a line ``index t0 t1 ...`` (tests/engine/test_timings.py's truth)."""
+
+    def __init__(self, seconds: float, path: str, index: int, wait: bool):
+        self.seconds, self.path, self.index, self.wait, self.took = seconds, path, index, wait, []
+        self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        start = time.perf_counter()
+        if self.wait:
+            time.sleep(self.seconds)
+        else:
+            while time.perf_counter() - start < self.seconds:
+                pass
+        self.took.append(time.perf_counter() - start)
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def close(self):
+        with open(self.path, "a") as out:
+            out.write(" ".join([str(self.index), *map(repr, self.took)]) + "\n")

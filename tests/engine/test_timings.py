@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 import pytest
-from gymnasium import spaces
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
-from tests.global_rng_env import WaitingEnv, _TimedEnv
+from tests.envs import ClockedEnv
+from tests.global_rng_env import WaitingEnv
 
 TOLERANCE = 0.05
 ATTEMPTS = 3
@@ -36,30 +36,6 @@ def measured(test):
                     raise
 
     return run
-
-
-class ClockedEnv(_TimedEnv):
-    """Computes (``wait=False``) or sleeps ``seconds`` per step; at close, appends its steps' own
-    wall times to ``path`` as a line ``index t0 t1 ...``."""
-
-    def __init__(self, seconds: float, path: str, index: int, wait: bool):
-        super().__init__(seconds)
-        self.path, self.index, self.wait, self.took = path, index, wait, []
-        self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def step(self, action):
-        start = time.perf_counter()
-        if self.wait:
-            time.sleep(self.seconds)
-        else:
-            while time.perf_counter() - start < self.seconds:
-                pass
-        self.took.append(time.perf_counter() - start)
-        return np.zeros(1, np.float32), 0.0, False, False, {}
-
-    def close(self):
-        with open(self.path, "a") as out:
-            out.write(" ".join([str(self.index), *map(repr, self.took)]) + "\n")
 
 
 def clocked(path, seconds: list[float], wait: bool) -> list:
