@@ -22,6 +22,7 @@ from shmvec.engine.interface import Engine
 from shmvec.engine.validation import checked_column
 from shmvec.errors import ResetNeededError
 from shmvec.ipc import layout as lay
+from shmvec.ipc.action_rows import handed_over
 
 _perf_counter = time.perf_counter
 
@@ -54,13 +55,15 @@ class GymResults:
             self._device.before_write(env_ids)
 
     def _step_here(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Every env in this process: the step as one direct call (see :mod:`shmvec.engine.local_step`)."""
+        """Every env in this process: the step as one direct call (see :mod:`shmvec.engine.local_step`);
+        a flat array of actions goes to the envs as it is (no other process reads the rows)."""
         entered = _perf_counter()
         try:
-            pool, flat = self._pool, self._flat_action
+            pool, flat, each = self._pool, self._flat_action, None
             if flat is not None and type(actions) is np.ndarray and actions.ndim:  # what columns() makes of it
-                columns = [((), actions, checked_column(actions, flat, self.single_action_space, "actions"))]
-                pickled = None
+                column = checked_column(actions, flat, self.single_action_space, "actions")
+                each = handed_over(actions, column)
+                columns, pickled = ([((), actions, column)] if each is None else []), None
             else:
                 columns = self._actions.columns(actions)
                 pickled = self._actions.pickled(actions)
@@ -68,7 +71,7 @@ class GymResults:
             write = pool.actions.write
             for path, part, column in columns:
                 write(path, part, column)
-            return self._step_outcome(pool.step_here(pickled or None))
+            return self._step_outcome(pool.step_here(pickled or None, each))
         finally:
             self._clock.whole_step(entered, _perf_counter())
 

@@ -22,6 +22,7 @@ from shmvec.engine.interface import Engine
 from shmvec.engine.validation import checked_column, split_actions
 from shmvec.ipc import interrupts, pinning
 from shmvec.ipc import layout as lay
+from shmvec.ipc.action_rows import handed_over
 from shmvec.options import PoolOptions, options_doc
 
 try:
@@ -169,17 +170,23 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
         return self._step_held(actions)
 
     def _step_here(self, actions: np.ndarray | Sequence[Any]) -> VecEnvStepReturn:
-        """Every env in this process: the step as one direct call (see :mod:`shmvec.engine.local_step`)."""
+        """Every env in this process: the step as one direct call (see :mod:`shmvec.engine.local_step`);
+        a flat array of actions goes to the envs as it is (no other process reads the rows)."""
         entered = _perf_counter()
         try:
-            columns = self._action_columns(actions)
+            pool, flat, each = self._pool, self._flat_action, None
+            if flat is not None:  # the common case: one array, no per-env work
+                column = checked_column(actions, flat, self.action_space, "actions")
+                each = handed_over(actions, column)
+                columns = [((), actions, column)] if each is None else []
+            else:
+                columns = self._action_columns(actions)
             if self._pin_checks:
                 self._pin_if_cuda_started()
-            pool = self._pool
             write = pool.actions.write
             for path, values, column in columns:
                 write(path, values, column)
-            return self._results(pool.step_here())
+            return self._results(pool.step_here(None, each))
         finally:
             self._clock.whole_step(entered, _perf_counter())
 

@@ -14,7 +14,6 @@ state whatever line it stopped), and the main shard's envs stepped straight from
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,6 @@ from shmvec.engine.shard import EnvFailed, Shard, copied_record, merged_records,
 from shmvec.ipc.protocol import StepInfo
 
 _count_nonzero = np.count_nonzero
-_perf_counter = time.perf_counter
 
 
 class LocalStep:
@@ -53,20 +51,25 @@ class LocalStep:
         flight (else the held path raises what the reference raises)."""
         return self.pending is None and not self.closed and self._broken is None and not self.batches.busy
 
-    def step_here(self, pickled_actions: dict[tuple, Any] | None = None) -> list[StepInfo]:
+    def step_here(self, pickled_actions: dict[tuple, Any] | None = None, actions: list | None = None) -> list[StepInfo]:
         """``step_async`` and ``step_wait`` of a pool with every env in this process, as one call
-        (the caller checked :meth:`idle_here` and wrote the actions); the same records."""
+        (the caller checked :meth:`idle_here`); the same records. ``actions``: each env's action as it
+        gets it, handed over (:func:`~shmvec.ipc.action_rows.handed_over`); None: the caller wrote
+        them to the rows."""
         self.pickled.action_blobs(pickled_actions)  # checks them; the main shard's part is main_actions
         if len(self._obs_buffers) > 1:
             self._next_obs_buffer()
         self.caller.step()
         main, failure = self.main, None
-        started = _perf_counter()
+        if actions is None:
+            actions = main.read_actions(self.pickled.main_actions)
+        timer = main.timer  # its clock reads are the envs' time (None: timings=False, nothing counts)
         try:
-            main_infos = main.step(main.read_actions(self.pickled.main_actions))
+            main_infos = main.step(actions)
         except EnvFailed as exc:
             main_infos, failure = [], exc
-        self.clock.stepped(_perf_counter() - started)
+        if timer is not None:
+            self.clock.stepped(timer.took_ns(failure is not None) * 1e-9)
         if failure is not None:
             raise main_shard_error(failure)  # outside the except: the env's own exception, as step_wait raises it
         finals, main.wrote_final = main.wrote_final, False  # no final row written: no flag to look for

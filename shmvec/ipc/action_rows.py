@@ -66,6 +66,17 @@ def value_code(value: Any) -> int:
     return dtype_code(np.asarray(value).dtype) + (PYTHON if python else 0)
 
 
+def handed_over(values: Any, column: np.ndarray) -> list[Any] | None:
+    """What each env reads back after :meth:`ActionRows.write` of ``values`` to every row, without
+    the round trip (every env in one process: nothing needs the rows): the rows of ``column``,
+    copied (an env may keep its action), in its dtype. None where only the round trip gives what
+    the env gets: Python values (a list or tuple), or a dtype numpy keeps in another form (another
+    byte order, a dtype with no code)."""
+    if isinstance(values, (list, tuple)) or not column.dtype.isnative or column.dtype.char not in _CODES:
+        return None
+    return list(column) if column.ndim == 1 else list(column.copy())  # a 1-d array's items are copies
+
+
 class ActionRows:
     """The fixed-size action leaves of a pool over its arena views, in the callers' dtypes.
 

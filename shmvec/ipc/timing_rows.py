@@ -62,12 +62,13 @@ class LaneTimer:
         self._totals = _ints(views[LANE_TOTALS][lane], "q")
         self._hist = _ints(views[ENV_HIST][start:stop], "i")
         self._env_totals = _ints(views[ENV_TOTALS][start:stop], "q")
-        self._started = self._cpu = 0
+        self._steps = self._totals[LANE_STEPS]  # kept here too: this timer is the lane's only writer
+        self._started = self._cpu = self._took = 0
         self._cpu_read_at = -CPU_READ_INTERVAL_NS  # the first sampled step reads it
 
     def begin(self) -> list[int] | None:
         started = self._started = time.perf_counter_ns()
-        if self._totals[LANE_STEPS] % ENV_SAMPLE_EVERY:
+        if self._steps % ENV_SAMPLE_EVERY:
             self._cpu = -1
             return None
         if started - self._cpu_read_at >= CPU_READ_INTERVAL_NS:
@@ -79,18 +80,23 @@ class LaneTimer:
 
     def end(self, stamps: list[int] | None = None, resets: list[int] | None = None) -> None:
         ended = time.perf_counter_ns()
-        totals, ring, started, cpu = self._totals, self._ring, self._started, self._cpu
+        totals, started, cpu, steps = self._totals, self._started, self._cpu, self._steps
+        took = self._took = ended - started
         if cpu >= 0:
             cpu = time.thread_time_ns() - cpu
             totals[LANE_CPU] += cpu
-            totals[LANE_CPU_BUSY] += ended - started
-        steps = totals[LANE_STEPS]
-        slot = (steps % RING) * 3
+            totals[LANE_CPU_BUSY] += took
+        ring, slot = self._ring, (steps % RING) * 3
         ring[slot + RING_START], ring[slot + RING_END], ring[slot + RING_CPU] = started, ended, cpu
-        totals[LANE_BUSY] += ended - started
-        totals[LANE_STEPS] = steps + 1
+        totals[LANE_BUSY] += took
+        totals[LANE_STEPS] = self._steps = steps + 1  # after the entry: read_rows leaves the one at this count out
         if stamps:
             self._record_envs(stamps, resets or ())
+
+    def took_ns(self, unfinished: bool = False) -> int:
+        """How long the last step took (ns), from its own clock reads; ``unfinished``: the step
+        :meth:`begin` started and that raised before :meth:`end`, until now."""
+        return time.perf_counter_ns() - self._started if unfinished else self._took
 
     def _record_envs(self, stamps: list[int], resets) -> None:
         hist, totals, previous = self._hist, self._env_totals, stamps[0]
