@@ -19,14 +19,23 @@ is below 1 and their median is below ``1 - --noise``. The exit status is 1 if an
 SLOWER or failed.
 
 Rows: the SB3 and CleanRL-style workloads of :mod:`bench.training_jobs` (wall time of the whole
-``learn()`` / script loop), ``bare`` (CartPole x64 stepped by ``ShmVectorEnv``'s default against
-``SyncVectorEnv``, steps/s), ``cpu-per-env`` and ``cpu-per-worker`` (the main thread's CPU time per
-step that each env and each worker adds, µs, from two layouts each: the Amdahl terms of a big machine).
+``learn()`` / script loop), ``rl-zoo-ppo`` (RL Zoo's own ``train.py``, PPO CartPole, ``--vec-env
+subproc`` mapped to ``ShmPoolVecEnv``'s defaults against ``--vec-env dummy``; skipped without
+``rl_zoo3``), ``bare`` (CartPole x64 stepped by ``ShmVectorEnv``'s default against
+``SyncVectorEnv``, steps/s), ``bare-2workers`` (the same on ``n_workers=2``), ``cpu-per-env`` and
+``cpu-per-worker`` (the main thread's CPU time per step that each env and each worker adds, µs,
+from two layouts each: the Amdahl terms of a big machine), and ``inproc-sb3-N`` / ``inproc-gym-N``
+(N = 1, 4, 8 CartPoles, every env in the process: ``ShmPoolVecEnv`` against ``DummyVecEnv``,
+``ShmVectorEnv`` against ``SyncVectorEnv``). A fixed tax of a few µs a step is below what fresh
+processes resolve, so an in-process row's child holds its reference too and alternates the two
+in blocks: its value is the median paired ratio, reference time / shmvec time ("x Dummy"), and
+the row compares REF's ratio with current's.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -52,8 +61,11 @@ TRAINING_ROWS = (
     "cleanrl-cartpole",
     "cleanrl-halfcheetah",
 )
-PROBE_ROWS = ("bare", "cpu-per-env", "cpu-per-worker")
-QUICK = {"rows": ("ppo-cartpole", "ppo-halfcheetah", "cleanrl-cartpole", "bare", "cpu-per-env"), "scale": 0.5}
+IN_PROCESS_ROWS = tuple(f"inproc-{adapter}-{n}" for adapter in ("sb3", "gym") for n in (1, 4, 8))
+PROBE_ROWS = ("rl-zoo-ppo", "bare", "bare-2workers", "cpu-per-env", "cpu-per-worker", *IN_PROCESS_ROWS)
+QUICK_ROWS = ("ppo-cartpole", "ppo-halfcheetah", "cleanrl-cartpole", "bare", "cpu-per-env")
+QUICK_IN_PROCESS = ("inproc-sb3-1", "inproc-gym-1")  # where a fixed tax weighs most; ~25 s for 3 rounds
+QUICK = {"rows": QUICK_ROWS + QUICK_IN_PROCESS, "scale": 0.5}
 GATE_DIR = os.path.join(REPO, ".gate")
 
 
@@ -85,17 +97,29 @@ class Row:
 def rows_of(names: Sequence[str]) -> list[Row]:
     rows = []
     for name in names:
-        if name == "bare":
+        if name.startswith("bare"):
             rows.append(Row(name, "steps/s", higher_is_better=True))
         elif name.startswith("cpu-"):
             rows.append(Row(name, "µs"))
+        elif name.startswith("inproc-"):
+            rows.append(Row(name, "x Dummy" if "-sb3-" in name else "x Sync", higher_is_better=True))
         else:
             rows.append(Row(name, "s"))
     return rows
 
 
 def sides_of(row: Row) -> list[str]:
-    return ["ref", "current"] if row.name.startswith("cpu-") else ["reference", "ref", "current"]
+    """The children of a round: the in-process rows hold their reference in the child itself."""
+    return ["ref", "current"] if row.name.startswith(("cpu-", "inproc-")) else ["reference", "ref", "current"]
+
+
+def missing(name: str) -> str | None:
+    """Why row ``name`` cannot run here, or None."""
+    if name in WORKLOADS:
+        return WORKLOADS[name].missing()
+    if name == "rl-zoo-ppo" and importlib.util.find_spec("rl_zoo3") is None:
+        return "needs rl_zoo3, not installed (pip install rl_zoo3, or shmvec's [bench] extra)"
+    return None
 
 
 # -- the parent: worktree, children, table ----------------------------------------------------
@@ -181,7 +205,9 @@ def report(rows: list[Row], commit: str, args: argparse.Namespace) -> str:
         spread = f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]" if ratios else "-"
         reference = row.values.get("reference")
         versus = "-"
-        if reference and row.values.get("current") and row.values.get("ref"):
+        if row.unit.startswith("x ") and row.values.get("ref") and row.values.get("current"):
+            versus = " / ".join(f"{statistics.median(row.values[s]):.2f}x" for s in ("ref", "current"))
+        elif reference and row.values.get("current") and row.values.get("ref"):
             ref_m, cur_m, dum_m = (statistics.median(row.values[s]) for s in ("ref", "current", "reference"))
             flip = row.higher_is_better
             versus = (
@@ -248,8 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     commit, ref_tree = worktree(args.against)
     rows = rows_of(args.names)
-    skipped = [f"{n}: {why}" for n in args.names if n in WORKLOADS and (why := WORKLOADS[n].missing())]
-    rows = [r for r in rows if not (r.name in WORKLOADS and WORKLOADS[r.name].missing())]
+    skipped = [f"{n}: {why}" for n in args.names if (why := missing(n))]
+    rows = [r for r in rows if not missing(r.name)]
     start = time.perf_counter()
     measure(rows, {"reference": REPO, "ref": ref_tree, "current": REPO}, args)
     text = report(rows, commit, args)

@@ -4,13 +4,22 @@ A child imports torch first, as training scripts do, then shmvec from the tree i
 (``--tree``: a folder whose only package is that tree's ``shmvec``), and prints one JSON line:
 ``total`` (seconds) for a training row, ``value`` for the others, and ``vec_env`` (the vector
 env's ``repr``: the layout it chose).
+
+The in-process rows (``inproc-*``) hold their reference in the same process: a fixed cost of a
+few µs a step is below what separate processes resolve, so the child alternates shmvec's vector
+env and the reference in blocks (:mod:`bench.in_process`) and reports the median of the paired
+ratios, reference time / shmvec time. ``bench/`` is this checkout's on both sides, so what
+it passes must suit every tree: ``n_workers=0, main_shard=True`` (older trees refuse
+``n_workers=0`` alone).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -21,6 +30,8 @@ from bench.training_jobs import WORKLOADS, build_vec_env, make_model, scaled
 
 BARE_ENVS, BARE_SECONDS = 64, 3.0
 CPU_SECONDS, CPU_ALTERNATIONS = 1.0, 3
+IN_PROCESS_BLOCKS, IN_PROCESS_STEPS = 40, 300  # as bench/in_process.py's default
+RL_ZOO_TIMESTEPS = 3072  # 12 of PPO CartPole's rollouts (8 envs x 32 steps): 2 s quiet, 10-25 s loaded, on 2 cores
 
 
 class InfoEnv(gym.Env):
@@ -81,12 +92,12 @@ def training(name: str, impl: str, scale: float) -> dict[str, Any]:
     return {**result, "vec_env": described}
 
 
-def bare(impl: str) -> dict[str, Any]:
-    """CartPole x64, random actions drawn beforehand: env steps per second."""
+def bare(impl: str, **layout: Any) -> dict[str, Any]:
+    """CartPole x64, random actions drawn beforehand: env steps per second (``layout``: ShmVectorEnv's)."""
     import shmvec
 
     fns = [lambda: gym.make("CartPole-v1")] * BARE_ENVS
-    envs = gym.vector.SyncVectorEnv(fns) if impl == "reference" else shmvec.ShmVectorEnv(fns)
+    envs = gym.vector.SyncVectorEnv(fns) if impl == "reference" else shmvec.ShmVectorEnv(fns, **layout)
     try:
         envs.reset(seed=0)
         actions = np.random.default_rng(0).integers(0, 2, (1024, BARE_ENVS))
@@ -101,6 +112,81 @@ def bare(impl: str) -> dict[str, Any]:
         return {"value": steps * BARE_ENVS / (time.perf_counter() - start), "vec_env": repr(envs)}
     finally:
         envs.close()
+
+
+def in_process_pair(pair: str, n: int) -> tuple[Any, Any]:
+    """(shmvec's vector env with every env in this process, the reference), reset alike: ``pair``
+    ``sb3`` (against DummyVecEnv) or an autoreset mode's name (against SyncVectorEnv)."""
+    from gymnasium.vector import AutoresetMode
+
+    import shmvec
+
+    fns = [lambda: gym.make("CartPole-v1")] * n
+    if pair == "sb3":
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        shm, ref = shmvec.ShmPoolVecEnv(fns, n_workers=0, main_shard=True), DummyVecEnv(fns)
+        for env in (shm, ref):
+            env.seed(0)
+            env.reset()
+        return shm, ref
+    mode = AutoresetMode[pair.upper()]
+    shm = shmvec.ShmVectorEnv(fns, n_workers=0, main_shard=True, autoreset_mode=mode)
+    ref = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+    for env in (shm, ref):
+        env.reset(seed=0)
+    return shm, ref
+
+
+def in_process(pair: str, n: int) -> dict[str, Any]:
+    """The median over alternating blocks of reference µs / shmvec µs per step (above 1: shmvec faster)."""
+    from bench.in_process import block, stepper
+
+    shm, ref = in_process_pair(pair, n)
+    try:
+        actions = np.random.default_rng(n).integers(0, 2, size=(IN_PROCESS_STEPS, n))
+        steps = (stepper(pair, shm), stepper(pair, ref))
+        for step in steps:  # warm-up
+            block(step, actions[:50])
+        us: tuple[list[float], list[float]] = ([], [])
+        gc.collect()
+        for b in range(IN_PROCESS_BLOCKS):  # alternate which goes first
+            for i in (0, 1) if b % 2 == 0 else (1, 0):
+                us[i].append(block(steps[i], actions))
+        described = f"{shm!r}: {statistics.median(us[0]):.1f} µs a step, the reference {statistics.median(us[1]):.1f}"
+    finally:
+        shm.close()
+        ref.close()
+    return {"value": statistics.median(r / s for s, r in zip(*us)), "vec_env": described}
+
+
+def rl_zoo(impl: str, scale: float) -> dict[str, Any]:
+    """RL Zoo's own ``train.py``, PPO CartPole with its hyperparameters: the whole call's seconds.
+    shmvec's side maps ``--vec-env subproc`` to ``ShmPoolVecEnv``'s defaults, as a user who
+    swaps the class in does; the reference is ``--vec-env dummy``."""
+    import rl_zoo3.exp_manager
+    import rl_zoo3.train
+
+    import shmvec
+
+    made: list[str] = []
+
+    def shm_vec_env(env_fns, **kwargs):
+        venv = shmvec.ShmPoolVecEnv(env_fns, **kwargs)
+        made.append(repr(venv))
+        return venv
+
+    rl_zoo3.exp_manager.SubprocVecEnv = shm_vec_env
+    with tempfile.TemporaryDirectory(prefix="gate-rl-zoo-") as logs:
+        sys.argv = [
+            "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1", "--seed", "0", "--device", "cpu",
+            "-n", str(scaled(RL_ZOO_TIMESTEPS, scale)), "-f", logs,
+            "--vec-env", "dummy" if impl == "reference" else "subproc",
+        ]  # fmt: skip
+        start = time.perf_counter()
+        rl_zoo3.train.train()
+        total = time.perf_counter() - start
+    return {"total": total, "vec_env": "; ".join(made) or "DummyVecEnv"}  # RL Zoo makes its eval env first
 
 
 def main_thread_cpu(env_cls: type, n: int, k: int) -> Any:
@@ -148,6 +234,13 @@ def child_main(name: str, impl: str, scale: float, tree: str) -> int:
         raise RuntimeError(f"shmvec was imported from {shmvec.__file__}, not from {tree}")
     if name == "bare":
         result = bare(impl)
+    elif name == "bare-2workers":
+        result = bare(impl, n_workers=2)
+    elif name.startswith("inproc-"):
+        _, adapter, n = name.split("-")
+        result = in_process("sb3" if adapter == "sb3" else "next_step", int(n))
+    elif name == "rl-zoo-ppo":
+        result = rl_zoo(impl, scale)
     elif name == "cpu-per-env":
         result = cpu_slope(InfoEnv, (16, 2), (128, 2), 112)
     elif name == "cpu-per-worker":

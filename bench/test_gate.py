@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import os
 import subprocess
 import sys
+import types
 
+import gymnasium as gym
 import pytest
 
+from bench import gate, gate_jobs
 from bench.gate import Row
 
 GATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gate.py")
@@ -37,6 +42,74 @@ def test_a_failed_child_fails_the_row():
     failed = row([10.0], [10.0])
     failed.errors.append("current (round 1): exit 1")
     assert failed.verdict(0.05) == "FAILED"
+
+
+@pytest.mark.smoke
+def test_the_new_rows_parse_with_their_units_and_sides():
+    args = gate.parse_args(["--against", "HEAD", "--rows", "inproc-sb3-1,inproc-gym-8,rl-zoo-ppo,bare-2workers"])
+    rows = {r.name: r for r in gate.rows_of(args.names)}
+    assert [rows["inproc-sb3-1"].unit, rows["inproc-gym-8"].unit] == ["x Dummy", "x Sync"]
+    assert rows["inproc-sb3-1"].higher_is_better and rows["bare-2workers"].higher_is_better
+    assert not rows["rl-zoo-ppo"].higher_is_better
+    # an in-process child measures its own reference; a third child would only cost time
+    assert gate.sides_of(rows["inproc-sb3-1"]) == ["ref", "current"]
+    assert gate.sides_of(rows["rl-zoo-ppo"]) == ["reference", "ref", "current"]
+    assert set(gate.QUICK["rows"]) >= {"inproc-sb3-1", "inproc-gym-1"}
+
+
+@pytest.mark.smoke
+def test_an_in_process_row_reports_both_ratios_against_the_reference():
+    ratios = Row("inproc-gym-1", "x Sync", True, {"ref": [0.70, 0.74], "current": [0.95, 0.97]})
+    args = argparse.Namespace(against="HEAD", rounds=2, scale=1.0, noise=0.05)
+    line = next(ln for ln in gate.report([ratios], "0" * 40, args).splitlines() if ln.startswith("| inproc-gym-1"))
+    assert line.split(" | ")[2:7] == ["-", "0.72", "0.96", "1.33 [1.31-1.36]", "0.72x / 0.96x"]
+
+
+@pytest.mark.smoke
+def test_the_rl_zoo_row_is_skipped_with_a_reason_without_rl_zoo3(monkeypatch):
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rl_zoo3" else found(name, *a))
+    assert "rl_zoo3" in gate.missing("rl-zoo-ppo")
+    assert gate.missing("inproc-sb3-1") is None
+
+
+class _OlderPool:
+    """What ShmPoolVecEnv/ShmVectorEnv of older trees accept: ``n_workers=0`` only with ``main_shard=True``."""
+
+    def __init__(self, env_fns, n_workers=None, main_shard=None, **kwargs):
+        if n_workers == 0 and main_shard is not True:
+            raise ValueError(f"n_workers must be an int between 1 and {len(env_fns)}, got 0")
+        super().__init__(env_fns, **kwargs)
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("pair", ["sb3", "next_step"])
+def test_the_in_process_job_builds_as_older_trees_accept(monkeypatch, pair):
+    """The REF side imports an older shmvec while bench/ is this checkout's: the job must not pass
+    what only newer trees accept; one child's measurement runs through (a stand-in, no processes)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    older = types.SimpleNamespace(
+        ShmPoolVecEnv=type("ShmPoolVecEnv", (_OlderPool, DummyVecEnv), {}),
+        ShmVectorEnv=type("ShmVectorEnv", (_OlderPool, gym.vector.SyncVectorEnv), {}),
+    )
+    monkeypatch.setitem(sys.modules, "shmvec", older)
+    monkeypatch.setattr(gate_jobs, "IN_PROCESS_BLOCKS", 4)
+    monkeypatch.setattr(gate_jobs, "IN_PROCESS_STEPS", 60)
+    result = gate_jobs.in_process(pair, 2)
+    assert result["value"] > 0 and "µs a step, the reference" in result["vec_env"]
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize(
+    "row, job", [("inproc-sb3-8", ("in_process", "sb3", 8)), ("inproc-gym-4", ("in_process", "next_step", 4))]
+)
+def test_a_child_runs_the_in_process_job_of_its_row(monkeypatch, capsys, row, job):
+    calls = []
+    monkeypatch.setattr(gate_jobs, "in_process", lambda *a: calls.append(("in_process", *a)) or {"value": 1.0})
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert gate_jobs.child_main(row, "shm", 1.0, gate.REPO) == 0
+    assert calls == [job] and '"value": 1.0' in capsys.readouterr().out
 
 
 @pytest.mark.smoke
