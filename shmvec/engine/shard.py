@@ -231,6 +231,11 @@ class Shard:
         if count < len(rewards):  # an env raised: the envs before it
             rewards, terms, truncs, rows = rewards[:count], terms[:count], truncs[:count], rows[:count]
         flat = self._flat_obs  # None: observations that are not one flat array were written as they came
+        if count == 1:  # one env: item writes (0.45 µs for CartPole's four fields, four slices 1.2)
+            self.reward[s], self.terminated[s], self.truncated[s] = rewards[0], terms[0], truncs[0]
+            if flat is not None:
+                flat[s] = rows[0]
+            return
         try:
             self.reward[s:e] = rewards
             self.terminated[s:e] = terms
