@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import logging
 
-import gymnasium as gym
 import pytest
 from stable_baselines3 import PPO
 from stable_baselines3.common.logger import configure
@@ -14,12 +13,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor, VecNormali
 
 from shmvec import ShmPoolVecEnv
 from shmvec.tools.sb3_callback import TimingsCallback
+from tests.envs import cartpole  # not defined here: workers would import this module, SB3 and torch
 
 SHARES = ["caller_share", "envs_share", "stragglers_share", "library_share", "calls_share"]
-
-
-def cartpole():
-    return gym.make("CartPole-v1")
 
 
 def test_each_rollout_logs_its_shares_through_wrappers(tmp_path, capsys):
