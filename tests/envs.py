@@ -651,3 +651,18 @@ class ClockedEnv(gym.Env):
     def close(self):
         with open(self.path, "a") as out:
             out.write(" ".join([str(self.index), *map(repr, self.took)]) + "\n")
+
+
+class BoxObsEnv(gym.Env):
+    """A trivial env whose observation size is a constructor argument."""
+
+    def __init__(self, size=4, n_actions=2):
+        self.observation_space = spaces.Box(-1, 1, (size,), np.float32)
+        self.action_space = spaces.Discrete(n_actions)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(self.observation_space.shape, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(self.observation_space.shape, np.float32), 0.0, False, False, {}

@@ -8,6 +8,7 @@ refused with a clear error before anything reaches a worker.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 
 import gymnasium as gym
@@ -25,7 +26,7 @@ from shmvec.errors import (
     StepStateError,
     UnsupportedSpaceError,
 )
-from tests.envs import MixedDictEnv, TupleObsEnv, cartpole, make_mixed
+from tests.envs import BoxObsEnv, MixedDictEnv, TupleObsEnv, cartpole, make_mixed
 from tests.helpers import assert_same
 from tests.sb3_compare import make_pair, sample_actions
 
@@ -358,36 +359,19 @@ def test_empty_and_non_callable_env_fns():
         ShmPoolVecEnv(cartpole, start_method="fork")
 
 
-class BoxObsEnv(gym.Env):
-    """A trivial env whose observation size is a constructor argument."""
-
-    def __init__(self, size=4, n_actions=2):
-        self.observation_space = spaces.Box(-1, 1, (size,), np.float32)
-        self.action_space = spaces.Discrete(n_actions)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros(self.observation_space.shape, np.float32), {}
-
-    def step(self, action):
-        return np.zeros(self.observation_space.shape, np.float32), 0.0, False, False, {}
-
-
 @pytest.mark.parametrize("n_workers", [1, 3])
 def test_different_observation_spaces(n_workers):
-    env_fns = [BoxObsEnv, BoxObsEnv, lambda: BoxObsEnv(5)]
+    env_fns = [BoxObsEnv, BoxObsEnv, functools.partial(BoxObsEnv, 5)]
     with pytest.raises(SpaceMismatchError, match="env 2") as info:
-        ShmPoolVecEnv(env_fns, n_workers=n_workers, start_method="fork")
+        # not fork: a forked worker holds the main process's end of its pipe, so a start that fails
+        # after the workers built their envs waits close()'s 3 s for them
+        ShmPoolVecEnv(env_fns, n_workers=n_workers, start_method="forkserver")
     assert isinstance(info.value, ValueError)
 
 
 def test_different_action_spaces():
     with pytest.raises(SpaceMismatchError, match="action space"):
-        ShmPoolVecEnv(
-            [BoxObsEnv, lambda: BoxObsEnv(n_actions=3)],
-            n_workers=2,
-            start_method="fork",
-        )
+        ShmPoolVecEnv([BoxObsEnv, functools.partial(BoxObsEnv, n_actions=3)], n_workers=2, start_method="forkserver")
 
 
 def test_same_env_instance_twice_in_one_worker():
