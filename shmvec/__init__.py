@@ -3,6 +3,8 @@
 - :class:`ShmPoolVecEnv` - a Stable-Baselines3 ``VecEnv`` (needs the ``[sb3]`` extra).
 - :class:`ShmVectorEnv` / :func:`make_vec` - a Gymnasium ``VectorEnv``; :func:`register`
   gives any env id a ``shmvec/`` twin that ``gym.make_vec`` builds as one.
+- :class:`ShmAgentVecEnv` / :func:`concat_vec_envs_v1` - the agents of PettingZoo parallel envs as
+  SB3 ``VecEnv`` slots, SuperSuit's ``concat_vec_envs_v1`` over shmvec (needs the ``[sb3,agents]`` extras).
 - :class:`ShmPool` - the engine both adapters share.
 - :class:`TimingsCallback` - ``envs.timings`` in SB3's logger at each rollout's end (needs the ``[sb3]`` extra).
 """
@@ -41,10 +43,12 @@ from shmvec.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ShmAgentVecEnv",
     "ShmPool",
     "ShmPoolVecEnv",
     "ShmVectorEnv",
     "TimingsCallback",
+    "concat_vec_envs_v1",
     "make_vec",
     "register",
     "AlreadyPendingError",
@@ -71,6 +75,10 @@ def __getattr__(name: str):
         from shmvec.adapters.sb3 import ShmPoolVecEnv
 
         return ShmPoolVecEnv
+    if name in ("ShmAgentVecEnv", "concat_vec_envs_v1"):
+        from shmvec.adapters import agents_sb3
+
+        return getattr(agents_sb3, name)
     if name == "TimingsCallback":
         from shmvec.tools.sb3_callback import TimingsCallback
 

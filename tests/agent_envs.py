@@ -1,0 +1,73 @@
+"""Small PettingZoo parallel envs for the agent-slot tests (a module of its own, so that workers
+unpickling them import PettingZoo, not the test modules and SB3)."""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+
+class DyingAgentsEnv(ParallelEnv):
+    """``n_agents`` agents with seeded random observations; agent ``i`` leaves (terminated) after
+    ``lifetimes[i]`` steps, the others are truncated at ``max_steps``. Rewards depend on the actions;
+    infos are non-empty every third step (``{"t": t}``), or never (``infos=False``)."""
+
+    metadata = {"name": "dying_agents_v0", "render_modes": ["rgb_array"], "is_parallelizable": True}
+
+    def __init__(self, n_agents=3, lifetimes=(), max_steps=6, infos=True, render_mode=None, obs_size=4):
+        self.possible_agents = [f"agent_{i}" for i in range(n_agents)]
+        self.lifetimes = dict(zip(self.possible_agents, lifetimes))
+        self.max_steps = max_steps
+        self.with_infos = infos
+        self.render_mode = render_mode
+        self.obs_size = obs_size
+        self.rng = np.random.default_rng()
+        self.episodes = 0  # reset calls: env_method and get_attr tests read it
+
+    def observation_space(self, agent):
+        return spaces.Box(-10.0, 10.0, (self.obs_size,), np.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(3)
+
+    def _obs(self):
+        return {a: self.rng.uniform(-1, 1, self.obs_size).astype(np.float32) for a in self.agents}
+
+    def _infos(self):
+        return {a: ({"t": self.t} if self.with_infos and self.t % 3 == 0 else {}) for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents, self.t = list(self.possible_agents), 0
+        self.episodes += 1
+        return self._obs(), {a: {"start": (options or {}).get("start", 0)} for a in self.agents}
+
+    def step(self, actions):
+        assert set(actions) == set(self.agents), (sorted(actions), self.agents)
+        self.t += 1
+        rewards = {a: float(actions[a]) + self.rng.uniform() for a in self.agents}
+        terms = {a: self.lifetimes.get(a, np.inf) <= self.t for a in self.agents}
+        truncs = {a: not terms[a] and self.t >= self.max_steps for a in self.agents}
+        obs, infos = self._obs(), self._infos()
+        self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
+        return obs, rewards, terms, truncs, infos
+
+    def render(self):
+        return np.full((4, 4, 3), self.t, np.uint8)
+
+    def count(self, k=1):
+        return self.t * k
+
+
+class MixedSpacesEnv(DyingAgentsEnv):
+    """Agent 1 sees one more number than the others: not a slot layout without padding."""
+
+    def observation_space(self, agent):
+        return spaces.Box(-10.0, 10.0, (self.obs_size + (agent == "agent_1"),), np.float32)
+
+
+class DictObsEnv(DyingAgentsEnv):
+    def observation_space(self, agent):
+        return spaces.Dict({"x": spaces.Box(-1.0, 1.0, (2,), np.float32)})
