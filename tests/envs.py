@@ -666,3 +666,34 @@ class BoxObsEnv(gym.Env):
 
     def step(self, action):
         return np.zeros(self.observation_space.shape, np.float32), 0.0, False, False, {}
+
+
+class BoundedBoxEnv(gym.Env):
+    """Box observations in [0, high] of a given shape, random episode ends."""
+
+    def __init__(self, high=1.0, shape=(5,), n_actions=2, dtype=np.float32):
+        self.observation_space = spaces.Box(0, high, shape, dtype)
+        self.action_space = spaces.Discrete(n_actions)
+
+    def _obs(self):
+        space = self.observation_space
+        return self.np_random.uniform(space.low, space.high).astype(space.dtype)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        return self._obs(), float(action), bool(self.np_random.random() < 0.1), False, {}
+
+
+class DiscreteObsEnv(BoundedBoxEnv):
+    """Discrete observations, the same action space as BoundedBoxEnv's."""
+
+    observation_space = spaces.Discrete(5)
+
+    def __init__(self):
+        self.action_space = spaces.Discrete(2)
+
+    def _obs(self):
+        return int(self.np_random.integers(5))

@@ -36,7 +36,7 @@ from shmvec.adapters import dropin_args
 from shmvec.options import default_start_method
 from tests.adapters import start_probe
 from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence
-from tests.envs import MixedDictEnv, make_mixed, make_text_token
+from tests.envs import BoundedBoxEnv, DiscreteObsEnv, MixedDictEnv, make_mixed, make_text_token
 from tests.gym_versions import (
     ASSERTS_OBSERVATION_MODES,
     ASSERTS_SEED_LISTS,
@@ -337,25 +337,6 @@ def test_a_bad_timeout_leaves_the_call_pending(closing):
 # ---- observation_mode ------------------------------------------------------------------------
 
 
-class BoundedBoxEnv(gym.Env):
-    """Box observations in [0, high] of a given shape, random episode ends."""
-
-    def __init__(self, high=1.0, shape=(5,), n_actions=2, dtype=np.float32):
-        self.observation_space = Box(0, high, shape, dtype)
-        self.action_space = Discrete(n_actions)
-
-    def _obs(self):
-        space = self.observation_space
-        return self.np_random.uniform(space.low, space.high).astype(space.dtype)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return self._obs(), {}
-
-    def step(self, action):
-        return self._obs(), float(action), bool(self.np_random.random() < 0.1), False, {}
-
-
 BOUNDED = [functools.partial(BoundedBoxEnv, high=float(i)) for i in (1, 2, 3)]
 CUSTOM_MODE = (Box(0, np.repeat(np.arange(1, 4), 5).reshape((3, 5)).astype(np.float32), (3, 5)), Box(0, 1, (5,)))
 
@@ -391,6 +372,10 @@ def test_invalid_observation_modes_raise_what_async_vector_env_raises():
             assert_same_error(ours, theirs, where=repr(mode))
 
 
+# Not fork for a pool whose start fails once its workers built their envs: a forked worker holds the
+# main process's end of its pipe, never sees EOF, and close() waits its 3 s for it.
+FAILS_AT_START = "forkserver"
+
 MISMATCHES = {
     "same mode, different bounds": (BOUNDED, "same"),
     "custom mode, different shapes": (
@@ -404,22 +389,10 @@ MISMATCHES = {
 @pytest.mark.parametrize("case", list(MISMATCHES))
 def test_space_mismatches_raise_what_async_vector_env_raises(case):
     env_fns, mode = MISMATCHES[case]
-    ours = raised(lambda: ShmVectorEnv(env_fns, 2, start_method="fork", observation_mode=mode))
+    ours = raised(lambda: ShmVectorEnv(env_fns, 2, start_method=FAILS_AT_START, observation_mode=mode))
     assert_same_error(ours, async_init_error(env_fns, observation_mode=mode), where=case)
     assert isinstance(ours, shmvec.SpaceMismatchError)
     assert "env 1 has" in str(ours.__cause__)  # which env, in the pool's own words
-
-
-class DiscreteObsEnv(BoundedBoxEnv):
-    """Discrete observations, the same action space as BoundedBoxEnv's."""
-
-    observation_space = Discrete(5)
-
-    def __init__(self):
-        self.action_space = Discrete(2)
-
-    def _obs(self):
-        return int(self.np_random.integers(5))
 
 
 DIFFERENT_FAILURES = {
@@ -434,7 +407,7 @@ def test_observation_mode_different_fails_as_async_vector_env(case):
     # AsyncVectorEnv fails in batch_differing_spaces, before it starts any worker
     env_fns = DIFFERENT_FAILURES[case]
     theirs = raised(lambda: AsyncVectorEnv(env_fns, context="fork", observation_mode="different"))
-    ours = raised(lambda: ShmVectorEnv(env_fns, 2, start_method="fork", observation_mode="different"))
+    ours = raised(lambda: ShmVectorEnv(env_fns, 2, start_method=FAILS_AT_START, observation_mode="different"))
     assert_same_error(ours, theirs, where=case)
 
 
