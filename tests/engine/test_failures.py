@@ -43,6 +43,10 @@ CORE = [
     ("forkserver", "gym"),
     ("spawn", "gym"),
 ]
+# A pool that fails to start once its workers built their envs, where the start method is not the
+# point: under fork close() waits its 3 s for them (a forked worker holds the main process's end of
+# its pipe, so it never sees EOF).
+FAILS_AT_START = "forkserver"
 QUICK = 5.0  # seconds: generous bound for "at once" / "within about a second" on a loaded 2-core box
 
 
@@ -326,7 +330,7 @@ def test_dev_shm_too_small(monkeypatch, adapter):
     with pytest.raises(
         SharedMemoryCapacityError, match=r"needs [\d,]+ bytes of shared memory in /dev/shm, but only 100 bytes are free"
     ) as excinfo:
-        make_vec(adapter, env_fns(None), start_method="fork")
+        make_vec(adapter, env_fns(None), start_method=FAILS_AT_START)
     assert isinstance(excinfo.value, MemoryError)
     assert "--shm-size" in str(excinfo.value)
 
@@ -342,7 +346,7 @@ def test_dev_shm_fills_up_while_reserving(monkeypatch):
 
     monkeypatch.setattr(shmvec.ipc.arena.os, "posix_fallocate", no_space)
     with pytest.raises(SharedMemoryCapacityError, match=r"needs [\d,]+ bytes .* the allocation failed"):
-        make_vec("sb3", env_fns(None), start_method="fork")
+        make_vec("sb3", env_fns(None), start_method=FAILS_AT_START)
 
 
 # -- signals: a handled signal while waiting, Ctrl-C, and a SIGKILLed main process ------
@@ -458,7 +462,7 @@ def test_main_process_sigkilled(tmp_path, start_method, adapter, state):
     try:
         pids = [int(p) for p in read_ready(proc)]
         assert shm_of(proc.pid), "the script should own segments and semaphores while it runs"
-        time.sleep(0.3)
+        time.sleep(0.1)  # mid-step: a step takes 20 ms
         proc.kill()
         proc.wait(QUICK)
         start = time.monotonic()
