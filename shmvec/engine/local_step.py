@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from shmvec.engine.failures import main_shard_error
-from shmvec.engine.shard import EnvFailed, Shard, copied_record, merged_records, with_shm_finals
+from shmvec.engine.shard import EnvFailed, Shard, copied_record, merged_records, with_plain_finals, with_shm_finals
 from shmvec.ipc.protocol import StepInfo
 
 _count_nonzero = np.count_nonzero
@@ -61,6 +61,8 @@ class LocalStep:
             self._next_obs_buffer()
         self.caller.step()
         main, failure = self.main, None
+        if main.finals_here is None:  # from now on, episode ends come back without their rows
+            main.finals_here = []
         if actions is None:
             actions = main.read_actions(self.pickled.main_actions)
         timer = main.timer  # its clock reads are the envs' time (None: timings=False, nothing counts)
@@ -93,6 +95,9 @@ class LocalStep:
                 self.info_groups = self.info_reader.groups()
             else:
                 records = merged_records(records, [StepInfo(i, info) for i, info in self.info_reader.infos()])
+        kept = self.main.finals_here if self.main is not None else None
+        if kept:  # the main shard's, when the in-process step has stepped it
+            records, self.main.finals_here = with_plain_finals(records, kept), []
         flags = self._final_flag
         if finals and flags is not None and _count_nonzero(flags):  # one count (~0.3 µs) while no episode ends
             ended = (flags & (self.terminated | self.truncated)).nonzero()[0]  # not one a failed step left behind

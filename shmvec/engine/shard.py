@@ -70,6 +70,9 @@ class Shard:
         self._info_code = arena_views[INFO_CODE]
         self._coded = False  # whether the last step wrote any info code (they must be cleared)
         self.wrote_final = False  # a final observation went to its row since the pool last looked
+        # A list (set by the in-process step): the step's plain final observations, (env, copy), kept
+        # here rather than written to their rows for the pool to find by its flags.
+        self.finals_here: list[tuple[int, np.ndarray]] | None = None
         timed = lane is not None and LANE_RING in arena_views  # a pool made with timings=False has no rows
         self.timer = LaneTimer(arena_views, lane, start, self.stop) if timed else None
 
@@ -130,6 +133,8 @@ class Shard:
 
     def step(self, actions: list[Any]) -> list[StepInfo]:
         """Step every env of the shard in place; return the infos worth sending."""
+        if self.finals_here:  # a failed step's: dropped, as the flags of one are
+            self.finals_here = []
         timer = self.timer
         stamps = timer.begin() if timer is not None else None
         resets: list[int] | None = [] if stamps is not None else None  # on the sampled steps only
@@ -212,6 +217,9 @@ class Shard:
         obs, info = self.envs[j].reset()
         final_view, final_flag = self._final_obs, self._final_flag
         if final_view is not None and _fits(final_obs, final_view) and not final_info and not info:
+            if self.finals_here is not None:  # the caller is in this process: no row, no flag
+                self.finals_here.append((i, final_obs.copy()))
+                return obs, None
             final_view[i] = final_obs  # the common case: nothing to pickle
             final_flag[i] = self.wrote_final = True
             return obs, None
@@ -342,7 +350,13 @@ def with_shm_finals(records: list[StepInfo], final_obs: np.ndarray, ended: np.nd
     shared memory (``FINAL_OBS`` rows, empty infos), in env order."""
     if not len(ended):
         return records
-    ours = [StepInfo(i, {}, final_obs[i].copy(), {}) for i in ended.tolist()]  # half the cost of one fancy-indexed copy
+    # half the cost of one fancy-indexed copy
+    return with_plain_finals(records, [(i, final_obs[i].copy()) for i in ended.tolist()])
+
+
+def with_plain_finals(records: list[StepInfo], finals: list[tuple[int, np.ndarray]]) -> list[StepInfo]:
+    """``records`` plus one for each episode end with empty infos, ``(env, final observation)``, in env order."""
+    ours = [StepInfo(i, {}, final_obs, {}) for i, final_obs in finals]
     if not records:
         return ours
     return sorted(records + ours, key=_env_index)  # adapters add infos in env order, like the references

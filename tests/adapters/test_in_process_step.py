@@ -139,3 +139,53 @@ def test_in_process_envs_get_flat_actions_as_the_references_hand_them_over(space
             actions[...] = given
         handed = isinstance(actions, np.ndarray) and actions.dtype.isnative
         assert bool(np.count_nonzero(envs._pool.actions._raw[0])) is not handed
+
+
+class EndsEverySecondStep(gym.Env):
+    """Ends its episode every second step; its observation array is reused, changed in place."""
+
+    observation_space = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.obs, self.t = np.zeros(2, np.float32), 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.obs[:] = -1.0
+        return self.obs, {}
+
+    def step(self, action):
+        self.t += 1
+        self.obs[:] = self.t
+        return self.obs, 1.0, self.t % 2 == 0, False, {}
+
+
+@pytest.mark.parametrize("adapter", ["sb3", "gym"])
+def test_in_process_episode_ends_come_back_without_their_rows(adapter, closing):
+    """SAME_STEP in this process: a final observation comes back as the references give it (a copy
+    the env's later steps leave alone) and is never written to its shared row for a flag to find."""
+    if adapter == "sb3":
+        envs, reference = ShmPoolVecEnv([EndsEverySecondStep] * 2, n_workers=0), DummyVecEnv([EndsEverySecondStep] * 2)
+    else:
+        mode = gym.vector.AutoresetMode.SAME_STEP
+        envs = ShmVectorEnv([EndsEverySecondStep] * 2, n_workers=0, autoreset_mode=mode)
+        reference = SyncVectorEnv([EndsEverySecondStep] * 2, autoreset_mode=mode)
+    closing(envs), closing(reference)
+    envs.reset(), reference.reset()
+    finals = []
+    for _ in range(4):
+        out, expected = envs.step(np.zeros(2, np.int64)), reference.step(np.zeros(2, np.int64))
+        infos, expected_infos = out[-1], expected[-1]
+        if adapter == "sb3":
+            got = [info.get("terminal_observation") for info in infos]
+            want = [info.get("terminal_observation") for info in expected_infos]
+        else:
+            got = list(infos.get("final_obs", [None, None]))
+            want = list(expected_infos.get("final_obs", [None, None]))
+        assert [None if g is None else g.tolist() for g in got] == [None if w is None else w.tolist() for w in want]
+        finals += [g for g in got if g is not None]
+    # as the references give them (the env's array as its reset left it), and copies: the envs stepped on since
+    assert [f.tolist() for f in finals] == [[-1.0, -1.0]] * 4
+    pool = envs._pool
+    assert not pool._final_flag.any() and not pool._final_obs.any()
