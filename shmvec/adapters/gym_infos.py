@@ -40,6 +40,8 @@ def add_step_infos(
     infos: dict[str, Any], add_info: AddInfo, num_envs: int, records: list[StepInfo], groups: list[InfoGroup]
 ) -> dict[str, Any]:
     """Add a step's ``records`` (sorted by env) and info row ``groups`` in env order."""
+    if not groups and not records:  # most steps
+        return infos
     if not groups:
         return add_record_infos(infos, add_info, ((record.env_index, record) for record in records))
     pending = iter(records)

@@ -25,6 +25,7 @@ from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import handed_over
 
 _perf_counter = time.perf_counter
+_count_nonzero = np.count_nonzero  # a bool array's any(): ~0.1 µs, .any() ~1
 
 
 class GymResults:
@@ -76,7 +77,7 @@ class GymResults:
             self._clock.whole_step(entered, _perf_counter())
 
     def _check_needs_reset(self) -> None:
-        if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset.any():
+        if self.autoreset_mode is AutoresetMode.DISABLED and _count_nonzero(self._needs_reset):
             raise ResetNeededError(
                 f"autoreset_mode is DISABLED and the episodes of envs {np.flatnonzero(self._needs_reset).tolist()} "
                 "ended: reset them first with reset(options={'reset_mask': mask})"
@@ -86,7 +87,7 @@ class GymResults:
         """A step's results, from the rows and its ``records``."""
         pool = self._pool
         terminated, truncated = pool.terminated.copy(), pool.truncated.copy()
-        if self.autoreset_mode == AutoresetMode.DISABLED:
+        if self.autoreset_mode is AutoresetMode.DISABLED:
             self._needs_reset = terminated | truncated
         # records are sorted by env index, as SyncVectorEnv adds them; the rows' infos come as columns
         infos = add_step_infos({}, self._add_info, self.num_envs, records, pool.info_groups)
