@@ -71,7 +71,8 @@ def test_equals_supersuit_with_agent_infos_and_reset_infos():
 
 
 def test_equals_supersuit_in_two_workers():
-    ends = run_both(DyingAgentsEnv(n_agents=2, max_steps=3), 3, 7, seed=2, n_actions=3, n_workers=2, start_method="fork")
+    par_env = DyingAgentsEnv(n_agents=2, max_steps=3)
+    ends = run_both(par_env, 3, 7, seed=2, n_actions=3, n_workers=2, start_method="fork")
     assert ends == 2 * 3 * 2
 
 
