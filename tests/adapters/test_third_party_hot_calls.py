@@ -18,7 +18,9 @@ from shmvec import ShmPoolVecEnv
 from tests.goal_envs import make_fetch, make_invalid_action_env
 from tests.helpers import assert_same
 
-LAYOUTS = {"default": {}, "k2": {"n_workers": 2}}
+# k2 forks: its workers inherit the third-party modules (sb3-contrib, so SB3 and torch; MuJoCo) instead of
+# importing them each; the start method is not what these tests are about
+LAYOUTS = {"default": {}, "k2": {"n_workers": 2, "start_method": "fork"}}
 
 
 def learn(algo, env_fns, venv_cls, closing, timesteps: int, **hyper):
