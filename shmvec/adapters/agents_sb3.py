@@ -29,14 +29,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 class ShmAgentVecEnv(VecEnv):
     """Every agent of ``num_copies`` copies of a PettingZoo ``ParallelEnv`` as an SB3 ``VecEnv`` slot.
 
-    Example:
-        >>> from mpe2 import simple_spread_v3
-        >>> from shmvec import ShmAgentVecEnv
-        >>> with ShmAgentVecEnv(simple_spread_v3.parallel_env(N=3), 4, n_workers=0) as env:
-        ...     obs = env.reset()
-        ...     obs, rewards, dones, infos = env.step(np.zeros(12, dtype=np.int64))
-        >>> obs.shape  # 4 copies x 3 agents
-        (12, 18)
+    Example (not a doctest: MPE2 is not one of shmvec's dependencies)::
+
+        from mpe2 import simple_spread_v3
+        from shmvec import ShmAgentVecEnv
+
+        with ShmAgentVecEnv(simple_spread_v3.parallel_env(N=3), 4, n_workers=0) as env:
+            obs = env.reset()  # (12, 18): 4 copies x 3 agents, 18 numbers each
+            obs, rewards, dones, infos = env.step(np.zeros(12, dtype=np.int64))
 
     Args:
         env: a ``ParallelEnv`` (each copy is a copy of it, as SuperSuit copies it), SuperSuit's
