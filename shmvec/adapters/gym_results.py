@@ -16,7 +16,9 @@ import numpy as np
 from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
+from shmvec.adapters import gym_resets
 from shmvec.adapters.gym_infos import add_step_infos
+from shmvec.adapters.public_calls import other_call
 from shmvec.adapters.torch_device import DeviceHandoff
 from shmvec.engine.interface import Engine
 from shmvec.engine.validation import checked_column
@@ -45,6 +47,8 @@ class GymResults:
     single_action_space: Space
     _clock: Any  # the pool's CallClock
     _add_info: Any  # VectorEnv._add_info
+    reset_async: Any
+    reset_wait: Any
 
     def _host_actions(self, actions: Any) -> Any:
         """The caller's actions, with torch tensors as numpy arrays when a device is set."""
@@ -75,6 +79,34 @@ class GymResults:
             return self._step_outcome(pool.step_here(pickled or None, each))
         finally:
             self._clock.whole_step(entered, _perf_counter())
+
+    @other_call
+    def _reset_held(self, seed: Any, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def _reset_here(self, seed: Any, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
+        """Every env in this process: ``reset`` as one direct call (``reset_async`` and ``reset_wait``'s
+        checks and results, the main shard resetting the envs; see :mod:`shmvec.engine.local_step`)."""
+        entered = _perf_counter()
+        try:
+            seeds = gym_resets.seeds(seed, self.num_envs)
+            mask = None
+            if options is not None and "reset_mask" in options:
+                options = dict(options)
+                mask = gym_resets.checked_mask(options.pop("reset_mask"), self.num_envs)
+            targets = range(self.num_envs) if mask is None else np.flatnonzero(mask).tolist()
+            env_infos = self._pool.reset_here({i: {"seed": seeds[i], "options": options} for i in targets})
+            if mask is None:
+                self._needs_reset[:] = False
+            else:
+                self._needs_reset[mask] = False
+            infos: dict[str, Any] = {}
+            for i in sorted(env_infos):  # in env order, as the references add them
+                infos = self._add_info(infos, env_infos[i], i)
+            return self._observations(), infos
+        finally:
+            self._clock.whole_call(entered, _perf_counter())
 
     def _check_needs_reset(self) -> None:
         if self.autoreset_mode is AutoresetMode.DISABLED and _count_nonzero(self._needs_reset):

@@ -187,7 +187,6 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
 
     # -- reset ---------------------------------------------------------------------
 
-    @other_call
     def reset(
         self,
         *,
@@ -215,8 +214,9 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
             True
             >>> envs.close()
         """
-        self.reset_async(seed=seed, options=options)
-        return self.reset_wait()
+        if self._all_here and self._state is AsyncState.DEFAULT and not self.closed and self._pool.idle_here():
+            return self._reset_here(seed, options)
+        return self._reset_held(seed, options)
 
     @other_call
     def reset_async(

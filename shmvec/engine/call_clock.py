@@ -79,6 +79,15 @@ class CallClock:
         self.ring_wait_from[slot] = self.ring_wait_to[slot] = self._wait_start = self._wait_end = entered
         self.steps += 1
 
+    def whole_call(self, entered: float, left: float) -> None:
+        """A call other than a step that ran from ``entered`` to ``left`` (perf_counter), counted as
+        :meth:`enter` then :meth:`leave` would count it (an in-process reset: one call, two clock reads)."""
+        if self.depth:  # inside another public call: that call's time already counts
+            return
+        self.caller += entered - self.left_at
+        self.entered_at, self.left_at = entered, left
+        self.in_calls += left - entered
+
     def stepped(self, seconds: float) -> None:
         """The call stepped the main shard's envs for ``seconds``."""
         self.main_envs += seconds
@@ -106,6 +115,9 @@ class NoClock(CallClock):
     """The clock of a pool made with ``timings=False``: it counts nothing."""
 
     def whole_step(self, entered: float, left: float) -> None:
+        pass
+
+    def whole_call(self, entered: float, left: float) -> None:
         pass
 
     def enter(self) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.shard import EnvFailed, Shard, copied_record, merged_records, with_plain_finals, with_shm_finals
-from shmvec.ipc.protocol import StepInfo
+from shmvec.ipc.protocol import Reset, StepInfo
 
 _count_nonzero = np.count_nonzero
 
@@ -78,6 +78,18 @@ class LocalStep:
         records = self.step_records(main_infos, [], rows_infos=main.writes_infos, finals=finals)
         self.caller.returned()
         return records
+
+    def reset_here(self, kwargs: dict[int, dict[str, Any]]) -> dict[int, Any]:
+        """A reset request (``{env: reset kwargs}``) with every env in this process, as one direct call
+        (the caller checked :meth:`idle_here`): the main shard resets them; ``{env: info}``, as
+        ``call_async`` and ``call_wait`` of a :class:`~shmvec.ipc.protocol.Reset` return."""
+        try:
+            results = self.main.handle(Reset(kwargs))
+        except EnvFailed as exc:
+            failure = exc
+        else:
+            return self.pickled.keep_reset_obs(results)
+        raise main_shard_error(failure)  # outside the except: the env's own exception, as call_wait raises it
 
     def step_records(
         self, main_infos: list[StepInfo], replies: list[list[StepInfo]], rows_infos: bool = True, finals: bool = True

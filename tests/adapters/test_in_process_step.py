@@ -189,3 +189,30 @@ def test_in_process_episode_ends_come_back_without_their_rows(adapter, closing):
     assert [f.tolist() for f in finals] == [[-1.0, -1.0]] * 4
     pool = envs._pool
     assert not pool._final_flag.any() and not pool._final_obs.any()
+
+
+class ResetHandlerSeen(HandlerSeen):
+    """Records, in each reset's info too, whether SIGINT's handler was the caller's."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"own_handler": signal.getsignal(signal.SIGINT) is HandlerSeen.caller_handler}
+
+
+def test_an_in_process_reset_is_one_direct_call(closing):
+    """``reset`` with every env in this process (a masked one, as DISABLED mode needs after each
+    episode end) leaves the caller's SIGINT handler alone and is counted as a call, as DummyVecEnv's."""
+    before = signal.signal(signal.SIGINT, own_handler)
+    HandlerSeen.caller_handler = own_handler
+    try:
+        mode = gym.vector.AutoresetMode.DISABLED
+        envs = closing(ShmVectorEnv([ResetHandlerSeen] * 3, n_workers=0, autoreset_mode=mode))
+        _, infos = envs.reset(seed=0)
+        assert list(infos["own_handler"]) == [True] * 3
+        envs.timings.reset()
+        _, infos = envs.reset(options={"reset_mask": np.array([False, True, True])})
+        assert list(infos["_own_handler"]) == [False, True, True] and all(infos["own_handler"][1:])
+        timings = envs.timings
+        assert timings.calls > 0 and timings.steps == 0
+    finally:
+        signal.signal(signal.SIGINT, before)
