@@ -75,7 +75,8 @@ class LocalStep:
         if failure is not None:
             raise main_shard_error(failure)  # outside the except: the env's own exception, as step_wait raises it
         finals, main.wrote_final = main.wrote_final, False  # no final row written: no flag to look for
-        records = self.step_records(main_infos, [], rows_infos=main.writes_infos, finals=finals)
+        # only the main shard writes info rows here: it knows whether this step wrote any
+        records = self.step_records(main_infos, [], rows_infos=main.wrote_infos, finals=finals)
         self.caller.returned()
         return records
 

@@ -77,6 +77,11 @@ class Shard:
         self.timer = LaneTimer(arena_views, lane, start, self.stop) if timed else None
 
     @property
+    def wrote_infos(self) -> bool:
+        """Whether the last step wrote any info to a shared row (their codes say which)."""
+        return self._coded
+
+    @property
     def writes_infos(self) -> bool:
         """Whether infos may go to shared rows (the pool then looks at their codes)."""
         return self._write_info is not None
