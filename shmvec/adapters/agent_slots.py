@@ -110,10 +110,7 @@ class AgentSlotsEnv(gym.Env):
         self._terminated, self._truncated = np.zeros(n, np.int8), np.zeros(n, np.int8)
         live = set(self.par_env.agents)
         self._mask = np.fromiter((agent in live for agent in self.possible_agents), bool, n)
-        rows = np.zeros(self._obs_shape, self._obs_dtype)  # fresh each call: the engine may keep it (final obs)
-        index = self._index
-        for agent, value in observations.items():
-            rows[index[agent]] = value
+        rows = self._rows(observations, "reset")
         return self._observation(rows, np.zeros(n, np.float32)), self._agent_infos(infos)
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
@@ -140,9 +137,7 @@ class AgentSlotsEnv(gym.Env):
         mask = np.fromiter((agent in live for agent in self.possible_agents), bool, n) & ~(
             terminated.astype(bool) | truncated.astype(bool)
         )
-        rows = np.zeros(self._obs_shape, self._obs_dtype)
-        for agent, value in observations.items():
-            rows[index[agent]] = value
+        rows = self._rows(observations, "step")
         info = self._agent_infos(infos)
         ended = not mask.any()
         if not ended:  # agents that left while their copy goes on: last observation in the info, row zeroed
@@ -159,6 +154,21 @@ class AgentSlotsEnv(gym.Env):
             ended and not all_terminated,
             info,
         )
+
+    def _rows(self, observations: dict[Any, Any], call: str) -> np.ndarray:
+        """The agents' observations as rows, fresh each call (the engine may keep it: a final observation);
+        one of another shape is an error, as SuperSuit's stacking raises, not broadcast into its row."""
+        rows = np.zeros(self._obs_shape, self._obs_dtype)
+        index = self._index
+        for agent, value in observations.items():
+            value = np.asarray(value)
+            if value.shape != rows.shape[1:]:
+                raise ValueError(
+                    f"{call}() returned an observation of shape {value.shape} for agent {agent!r}; "
+                    f"its observation space has shape {rows.shape[1:]}"
+                )
+            rows[index[agent]] = value
+        return rows
 
     def _observation(self, rows: np.ndarray, rewards: np.ndarray) -> dict[str, np.ndarray]:
         return {

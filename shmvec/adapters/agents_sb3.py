@@ -52,8 +52,8 @@ class ShmAgentVecEnv(VecEnv):
     terminated) in their infos, and the reset observation (same-step reset, as ``DummyVecEnv``).
     An agent that leaves earlier (agent death) returns its own ``done``, ``terminal_observation``
     and reward; then, until its copy resets, its slot returns a zero observation, reward 0,
-    ``done=True`` (its flags kept) and ``mask`` False (:attr:`mask`: which slots act). Its
-    actions are ignored meanwhile.
+    ``done=False`` and ``mask`` False (:attr:`mask`: which slots act), and ``done=True`` again
+    when its copy ends. Its actions are ignored meanwhile.
     """
 
     def __init__(self, env: Any, num_copies: int, n_workers: int | None = None, **pool_options: Any):
@@ -95,12 +95,17 @@ class ShmAgentVecEnv(VecEnv):
             rewards[part] = final["rewards"]
             terminated[part] = final["terminated"]
             truncated[part] = final["truncated"]
-        dones = terminated | truncated
-        infos = [{"TimeLimit.truncated": t} for t in (truncated & ~terminated).tolist()]
+        # A slot is done on the step its agent leaves and when its copy ends; in between (its agent gone)
+        # it is not: a done on each of those steps would count a 0-reward episode a step (VecMonitor)
+        # and, after a truncation, bootstrap from a zero observation each step.
+        dones = (terminated | truncated) & self.mask
+        ended_slots = np.repeat(copy_dones, self.num_agents)
+        infos = [{"TimeLimit.truncated": t} for t in (truncated & ~terminated & dones).tolist()]
+        dones |= ended_slots
         for c, copy_info in enumerate(copy_infos):
             if len(copy_info) > 1 or c in ended:  # more than the copy's own TimeLimit.truncated
                 self._copy_infos(c, copy_info, c in ended, infos)
-        for i in np.flatnonzero(dones & ~np.repeat(copy_dones, self.num_agents)).tolist():
+        for i in np.flatnonzero(dones & ~ended_slots).tolist():
             infos[i].setdefault("terminal_observation", self._zero_obs.copy())  # left earlier: its obs was zeros
         self.mask = mask
         return obs, rewards, dones, infos

@@ -14,7 +14,7 @@ from shmvec.adapters.agents_sb3 import ShmAgentVecEnv  # noqa: E402
 from tests.agent_envs import DyingAgentsEnv  # noqa: E402
 
 
-def test_a_leaving_agent_gets_zeros_and_keeps_its_done_until_its_copy_resets():
+def test_a_leaving_agent_is_done_once_then_gets_zeros_until_its_copy_resets():
     # agent_0 leaves after 2 steps, agent_1 after 4, agent_2 is truncated at 6: the copy ends there.
     par_env = DyingAgentsEnv(n_agents=3, lifetimes=(2, 4), max_steps=6, infos=False)
     with ShmAgentVecEnv(par_env, 2, n_workers=0) as env:
@@ -30,12 +30,14 @@ def test_a_leaving_agent_gets_zeros_and_keeps_its_done_until_its_copy_resets():
                     for a in range(3):
                         slot = slots[a]
                         if a in gone:
-                            assert dones[slot] and not env.mask[slot] and not obs[slot].any(), (t, a)
+                            assert not env.mask[slot] and not obs[slot].any(), (t, a)
                             assert infos[slot]["TimeLimit.truncated"] is False
-                            if t == (2, 4)[a]:  # the step it left: its reward and its own last observation
-                                assert 1 <= rewards[slot] < 2 and infos[slot]["terminal_observation"].any()
-                            else:  # later: nothing, from a zero observation
-                                assert rewards[slot] == 0 and not infos[slot]["terminal_observation"].any()
+                            if t == (2, 4)[a]:  # the step it left: done, its reward and its own last observation
+                                assert dones[slot] and 1 <= rewards[slot] < 2
+                                assert infos[slot]["terminal_observation"].any()
+                            else:  # later: not done again (no 0-reward episode a step), nothing, zeros
+                                assert not dones[slot] and rewards[slot] == 0, (t, a)
+                                assert "terminal_observation" not in infos[slot]
                         else:
                             assert not dones[slot] and env.mask[slot] and obs[slot].any()
                             assert 1 <= rewards[slot] < 2 and "terminal_observation" not in infos[slot]
@@ -105,7 +107,38 @@ def test_kaz_agent_death_against_black_death():
             for i in np.flatnonzero(leaving):  # the dying agent's last observation: SuperSuit's row, our info
                 np.testing.assert_array_equal(infos[i]["terminal_observation"], their_obs[i])
                 assert not obs[i].any()
-            assert (dones == ~ours.mask).all()
+            assert (leaving == (~ours.mask & ~dead)).all()  # done on the step it leaves, not after
+            assert not (dones & dead).any()
             dead |= dones
     theirs.close()
     assert deaths >= 1, "no agent died: the test saw nothing"
+
+
+def test_vec_monitor_counts_no_episode_a_step_for_an_agent_gone():
+    """An agent gone is not done again each step: VecMonitor records its episode up to its departure
+    and one for its wait at the copy's end, not a 0-reward episode every step."""
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    par_env = DyingAgentsEnv(n_agents=3, lifetimes=(2, 4), max_steps=6, infos=False)
+    env = VecMonitor(ShmAgentVecEnv(par_env, 1, n_workers=0))
+    try:
+        env.seed(0)
+        env.reset()
+        episodes = []
+        for _ in range(6):
+            _, _, dones, infos = env.step(np.ones(3, dtype=np.int64))
+            episodes += [(slot, info["episode"]["l"]) for slot, info in enumerate(infos) if "episode" in info]
+        # agent_0 left at 2, agent_1 at 4, all at 6: 9 episodes when a gone agent was done each step
+        assert sorted(episodes) == [(0, 2), (0, 4), (1, 2), (1, 4), (2, 6)]
+    finally:
+        env.close()
+
+
+def test_an_observation_of_another_shape_is_an_error_naming_the_agent():
+    class ScalarObs(DyingAgentsEnv):
+        def reset(self, seed=None, options=None):
+            observations, infos = super().reset(seed=seed, options=options)
+            return {**observations, "agent_1": np.float32(0.5)}, infos
+
+    with pytest.raises(ValueError, match=r"reset\(\) returned an observation of shape \(\) for agent 'agent_1'"):
+        AgentSlotsEnv(ScalarObs(n_agents=2, lifetimes=(1, 2), max_steps=9, infos=False)).reset(seed=0)
