@@ -153,7 +153,7 @@ class RecordSender:
             self._notice_waits = True
             if not self._exit_notice:  # run by multiprocessing as a worker process exits (at close())
                 self._exit_notice = True
-                mp_util.Finalize(None, self._say_dropped, kwargs={"wait": SEND_WAIT}, exitpriority=10)
+                mp_util.Finalize(None, self._say_dropped_at_exit, exitpriority=10)
         threading.Thread(target=self._say_dropped_once_taken, name="shmvec-log-dropped", daemon=True).start()
 
     def _say_dropped_once_taken(self) -> None:
@@ -167,6 +167,19 @@ class RecordSender:
                 if gone or self._closed or not self.dropped or self._send_notice(wait=0.0):
                     self._notice_waits = False
                     return
+
+    def _say_dropped_at_exit(self) -> None:
+        """The notice as this process exits; on its stderr if the relay still has no room (nothing after it)."""
+        if self._say_dropped(wait=SEND_WAIT) or not self.dropped:
+            return
+        try:
+            sys.stderr.write(
+                f"shmvec: {self.dropped:,} log records of worker process {os.getpid()} were dropped: the main "
+                f"process's log handlers did not take them before the worker exited\n"
+            )
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):  # no stderr left to say it on
+            pass
 
     def _say_dropped(self, wait: float) -> bool:
         """Send the notice of the records dropped, if any; False if the relay has no room within ``wait``."""

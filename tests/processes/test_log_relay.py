@@ -302,3 +302,22 @@ def test_a_prepared_record_with_its_stack_carries_the_stack_once():
     prepared = logging.handlers.QueueHandler(None).prepare(record)
     arrived = pickle.loads(log_relay.datagram(prepared))
     assert logging.Formatter().format(arrived).count("Stack (most recent call last)") == 1
+
+
+def test_the_count_of_dropped_records_goes_to_stderr_if_the_relay_has_no_room_at_exit(monkeypatch, capsys):
+    """A worker that exits while the main process's handlers are stuck: the count is not lost silently."""
+    monkeypatch.setattr(log_relay, "SEND_WAIT", 0.01)
+    read, write = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sender = log_relay.RecordSender(write)
+        while sender._send(b"filler", 0.0):
+            pass
+        sender._notice_waits = True  # no thread to send it later: only the exit is left
+        sender._exit_notice = True
+        for _ in range(4):
+            sender.put_nowait(logging.makeLogRecord({"msg": "lost"}))
+        sender._say_dropped_at_exit()
+        assert "shmvec: 4 log records of worker process" in capsys.readouterr().err
+    finally:
+        read.close()
+        write.close()
