@@ -19,7 +19,8 @@ SHARES = ["caller_share", "envs_share", "stragglers_share", "library_share", "ca
 
 
 def test_each_rollout_logs_its_shares_through_wrappers(tmp_path, capsys):
-    envs = ShmPoolVecEnv([cartpole] * 8, n_workers=2)
+    # fork: VecMonitor asks the workers env_is_wrapped(Monitor), which imports SB3 and torch in each
+    envs = ShmPoolVecEnv([cartpole] * 8, n_workers=2, start_method="fork")
     try:
         wrapped = VecNormalize(VecMonitor(envs))  # the callback finds the ShmPoolVecEnv under both
         model = PPO("MlpPolicy", wrapped, n_steps=64, batch_size=128, n_epochs=2, seed=0, device="cpu")
