@@ -21,13 +21,14 @@ LAYERS = {
     "options": 0,
     "ipc": 1,
     "processes": 2,
-    "planning": 3,
-    "engine": 4,
-    "backends": 5,
-    "adapters": 6,
-    "tools": 7,
+    "clocks": 3,
+    "planning": 4,
+    "engine": 5,
+    "backends": 6,
+    "adapters": 7,
+    "tools": 8,
 }
-TOP = 8  # shmvec/__init__.py and the `python -m` entry points
+TOP = 9  # shmvec/__init__.py and the `python -m` entry points
 MAX_LINES = 400
 
 

@@ -178,7 +178,7 @@ def test_numpy_numbers_are_read_by_their_meaning():
 
 def _made_timings():
     """``envs.timings`` of a run where the hand-off cost more than stepping every env here would."""
-    from shmvec.engine.timings import Lane, Timings
+    from shmvec.clocks.timings import Lane, Timings
 
     lanes = [Lane(k, range(2 * k, 2 * k + 2), 100, 0.2, 0.2) for k in range(2)]
     return Timings(1.0, 100, 0.25, 0.2, 0.0, 0.35, 0.2, 4, 2, 2, lanes)

@@ -1,13 +1,13 @@
 """What the adapters' public calls do around their work: a Ctrl-C is held until the pool's
 bookkeeping agrees (:func:`~shmvec.ipc.interrupts.holding`), and their time is counted
-apart from the caller's (:mod:`~shmvec.engine.call_clock`; the adapter has ``_clock``)."""
+apart from the caller's (:mod:`~shmvec.clocks.call_clock`; the adapter has ``_clock``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from shmvec.engine.call_clock import timed_call, timed_step, timed_step_start
+from shmvec.clocks.call_clock import timed_call, timed_step, timed_step_start
 from shmvec.ipc.interrupts import holding
 
 F = TypeVar("F", bound=Callable[..., Any])

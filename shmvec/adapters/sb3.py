@@ -16,8 +16,8 @@ from shmvec.adapters import dropin_args
 from shmvec.adapters.dropin_args import DEFAULT_NONE
 from shmvec.adapters.timings_view import TimingsView
 from shmvec.backends import make_pool
+from shmvec.clocks.call_clock import timed_call, timed_step, timed_step_start
 from shmvec.engine import ops
-from shmvec.engine.call_clock import timed_call, timed_step, timed_step_start
 from shmvec.engine.interface import Engine
 from shmvec.engine.validation import checked_column, split_actions
 from shmvec.ipc import interrupts, pinning

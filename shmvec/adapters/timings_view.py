@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from shmvec.clocks.timings import Timings
 from shmvec.engine.interface import Engine
-from shmvec.engine.timings import Timings
 
 
 class TimingsView:

@@ -67,7 +67,7 @@ from shmvec.backends.ray_cluster import (
 )
 from shmvec.backends.ray_node import NodeInfo, NodeShard, Rows
 from shmvec.backends.ray_requests import RayRequests
-from shmvec.engine.call_clock import CallClock, NoClock
+from shmvec.clocks.call_clock import CallClock, NoClock
 from shmvec.engine.failures import not_answered, rebuilt
 from shmvec.engine.interface import EngineBase
 from shmvec.engine.pool import START_TIMEOUT

@@ -4,5 +4,5 @@ batches), restarts, failures and rare calls, the timing process the plan asks fo
 :class:`~shmvec.engine.interface.Engine`, what adapters see of any engine.
 
 Backs ``docs/architecture.md`` and ``docs/failures.md``. May import ``errors``, ``options``,
-``ipc``, ``processes``, the clocks and ``planning``.
+``ipc``, ``processes``, ``clocks`` and ``planning``.
 """

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
+from shmvec.clocks.call_clock import CallClock, NoClock
+from shmvec.clocks.timings import Timings, snapshot
 from shmvec.engine.breakable import Breakable
-from shmvec.engine.call_clock import CallClock, NoClock
-from shmvec.engine.timings import Timings, snapshot
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.info_rows import InfoGroup
 from shmvec.ipc.obs_buffers import ObsBuffers
@@ -84,7 +84,7 @@ class Engine(Protocol):
         """Call ``ops[i](env i)`` for each env id; the results by env id."""
 
     def timings(self) -> Timings:
-        """Where the main thread's time went (:mod:`~shmvec.engine.timings`)."""
+        """Where the main thread's time went (:mod:`~shmvec.clocks.timings`)."""
 
     def call_async(self, request: Reset | RunOps, beside_sends: bool = False) -> None:
         """Start a reset or operations; ``beside_sends``: while other envs have sends in flight."""
@@ -142,7 +142,7 @@ class EngineBase(ObsBuffers, Breakable):
         return self.pickled.action_paths
 
     def timings(self) -> Timings:
-        """Where the time went since the pool started or since the last reset (:mod:`~shmvec.engine.timings`)."""
+        """Where the time went since the pool started or since the last reset (:mod:`~shmvec.clocks.timings`)."""
         if isinstance(self.clock, NoClock):
             raise RuntimeError("envs.timings is off: this vector env was made with timings=False")
         views = getattr(self, "views", None)  # the local pool's arena; Ray's driver has none

@@ -63,8 +63,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from shmvec.clocks.call_clock import CallClock, NoClock
 from shmvec.engine.async_schedule import AsyncSchedule
-from shmvec.engine.call_clock import CallClock, NoClock
 from shmvec.engine.env_building import build_envs, describe_envs
 from shmvec.engine.failures import main_shard_error
 from shmvec.engine.interface import EngineBase

@@ -30,7 +30,7 @@ class TimingsCallback(BaseCallback):
     and counts as the caller's time); the first covers the time since ``learn`` started.
     ``timings/caller_share`` + ``envs_share`` + ``stragglers_share`` + ``library_share`` +
     ``calls_share`` is 1; also ``steps_per_second`` (vector steps), ``env_cpu_share`` and
-    ``worker_busy_share`` (see :meth:`shmvec.engine.timings.Timings.scalars`).
+    ``worker_busy_share`` (see :meth:`shmvec.clocks.timings.Timings.scalars`).
 
     The vec env may be wrapped (``VecNormalize``, ``VecMonitor``, ...); if it is not a shmvec one,
     the callback warns once (logger ``"shmvec"``) and does nothing.

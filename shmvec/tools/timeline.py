@@ -3,7 +3,7 @@
 :func:`plot_timeline` draws, for the last ``steps`` vector steps since the timings were last
 reset, one row for the main thread (the caller's time between the vector env's calls, the
 step calls, and the waiting for the workers within them, from the pool's
-:class:`~shmvec.engine.call_clock.CallClock`) and one row per lane (a worker, or the main
+:class:`~shmvec.clocks.call_clock.CallClock`) and one row per lane (a worker, or the main
 process's shard: when it stepped its envs, and how much of that was its thread's CPU time (read on some steps),
 from :mod:`~shmvec.ipc.timing_rows`), on one time axis in ms from the first step shown. The
 title is the first verdict of ``envs.timings``. :func:`timeline` returns the same data
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shmvec.adapters.timings_view import TimingsView
-from shmvec.engine.timings import Timings
+from shmvec.clocks.timings import Timings
 from shmvec.ipc import timing_rows as tr
 
 MAIN_THREAD = "main thread"

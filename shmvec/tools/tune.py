@@ -7,7 +7,7 @@ SB3's ``DummyVecEnv`` and ``SubprocVecEnv``, Gymnasium's ``SyncVectorEnv`` and
 all alive at once and taking turns (round-robin, medians), and prints a table and the
 constructor line it recommends: the configuration ``n_workers=None`` chooses, which is
 :func:`shmvec.planning.plan.choose` of the same timing; then ``envs.timings`` of that
-configuration's last sample (the caller's share, the envs', ...: :mod:`shmvec.engine.timings`).
+configuration's last sample (the caller's share, the envs', ...: :mod:`shmvec.clocks.timings`).
 Implementations that are not installed (SB3) are skipped.
 
 Each step is followed by a stand-in policy's forward pass on the observations

@@ -202,7 +202,7 @@ def test_waiting_envs_dominate_a_bare_loop():
 
 
 def made(envs: float, library: float, cpu_share: float, n_workers: int = 2):
-    from shmvec.engine.timings import Lane, Timings
+    from shmvec.clocks.timings import Lane, Timings
 
     lanes = [Lane(k, range(4 * k, 4 * k + 4), 100, envs, envs * cpu_share) for k in range(n_workers)]
     rest = 1.0 - envs - library

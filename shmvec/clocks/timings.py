@@ -1,7 +1,7 @@
 """Where a run's time went, from the vector env's own clocks: ``envs.timings``.
 
 The main thread's wall time since the pool started (or since :meth:`Timings.reset`) is split
-into parts that add up to it (:mod:`~shmvec.engine.call_clock`):
+into parts that add up to it (:mod:`~shmvec.clocks.call_clock`):
 
 - **caller**: between the vector env's calls (the policy, the updates, logging);
 - **envs**: stepping the main shard's envs, and waiting while the typical worker stepped its envs;
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shmvec.engine.call_clock import CallClock
+from shmvec.clocks.call_clock import CallClock
 from shmvec.ipc import timing_rows as tr
 
 CALLER_DOMINATES = 0.4  # shares of the wall time from which a part gets a verdict

@@ -7,7 +7,7 @@ and how long it waited for the workers (:meth:`CallClock.waited`); the rest of a
 is the library's own work (actions in, results out, infos, copies). Other calls (resets,
 ``env_method``, attributes) are counted apart. A few ``perf_counter`` reads and float
 additions per call, always on; the last :data:`RING` steps are kept for the stragglers and
-the timeline (:mod:`~shmvec.engine.timings`).
+the timeline (:mod:`~shmvec.clocks.timings`).
 """
 
 from __future__ import annotations
