@@ -282,8 +282,8 @@ def storm(n_workers: int, mode: str, helper: bool, handler: str = "default", sec
     sender = subprocess.Popen([sys.executable, "-c", SENDER, str(os.getpid()), repr(stop_at)], stdin=subprocess.PIPE)
     run = Storm(env, mode, sender)
     try:
-        between_signals(lambda: run.run(stop_at), run.counts)
-        between_signals(lambda: reap(sender))  # its last signals are delivered
+        # one call: a Ctrl-C at the entry of a second one, outside its try, would escape
+        between_signals(lambda: (run.run(stop_at), reap(sender)), run.counts)  # reaped: its last signals are in
         masks["main"] = between_signals(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, []))
         handler_left = between_signals(lambda: repr(signal.getsignal(signal.SIGINT)))
         handler_as_installed = between_signals(lambda: signal.getsignal(signal.SIGINT) is handlers["installed"])
