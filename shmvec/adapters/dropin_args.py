@@ -161,6 +161,9 @@ def subproc_vec_env(owner: str, n_workers: Any, start_method: Any) -> tuple[Any,
     well is a ``TypeError``, as there."""
     if isinstance(n_workers, str):
         if not isinstance(start_method, Default):
-            raise TypeError(f"{owner}() got multiple values for argument 'start_method'")
+            raise TypeError(
+                f"{owner}() got multiple values for argument 'start_method' (a string second argument is "
+                f"SubprocVecEnv's start_method; n_workers must be an int, got {n_workers!r})"
+            )
         return None, n_workers
     return n_workers, value_of(start_method)
