@@ -217,7 +217,7 @@ def test_a_string_second_is_a_start_method_and_one_given_twice_is_a_type_error()
     for second, keyword in [("spawn", "fork"), ("spawn", "spawn"), ("spawn", None)]:
         with pytest.raises(TypeError, match="multiple values for argument 'start_method'"):
             SubprocVecEnv([make_dict_action], second, start_method=keyword)
-        with pytest.raises(TypeError, match=r"^ShmPoolVecEnv\(\) got multiple values for argument 'start_method'$"):
+        with pytest.raises(TypeError, match=r"^ShmPoolVecEnv\(\) got multiple values for argument 'start_method' \("):
             ShmPoolVecEnv([make_dict_action], second, start_method=keyword)
     with pytest.raises(ValueError) as want:
         SubprocVecEnv([make_dict_action], "illegal_method")
