@@ -1,0 +1,1 @@
+"""Tests of shmvec.clocks: the call clock and envs.timings."""
