@@ -627,7 +627,7 @@ class WaitingRandomEnv(gym.Env):
 
 class ClockedEnv(gym.Env):
     """Computes (``wait=False``) or sleeps ``seconds`` per step; at close, appends its steps' own
-    wall times to ``path`` as a line ``index t0 t1 ...`` (tests/engine/test_timings.py's truth)."""
+    wall times to ``path`` as a line ``index t0 t1 ...`` (tests/clocks/test_timings.py's truth)."""
 
     def __init__(self, seconds: float, path: str, index: int, wait: bool):
         self.seconds, self.path, self.index, self.wait, self.took = seconds, path, index, wait, []
