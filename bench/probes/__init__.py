@@ -1,2 +1,2 @@
 """Diagnostics for maintainers: what one machine does to the figures (pauses, per-CPU speed,
-run-to-run stability) and where a step's time goes (py-spy, timelines). Not the benchmark suite."""
+how it moves) and where a step's time goes (timelines). Not the benchmark suite."""
