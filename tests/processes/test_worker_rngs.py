@@ -30,7 +30,7 @@ from tests.global_rng_env import DyingRngEnv, GlobalRngEnv
 START_METHODS = [method for method in ("fork", "forkserver", "spawn") if method in mp.get_all_start_methods()]
 N_WORKERS = 2
 SCRIPT_TIMEOUT = 120  # seconds; a hang fails the test
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
