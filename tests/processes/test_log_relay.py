@@ -16,6 +16,7 @@ import multiprocessing as mp
 import pickle
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -177,6 +178,10 @@ def test_a_relay_that_does_not_keep_up_costs_workers_a_bounded_wait_then_counted
         for _ in range(5):  # 10,000 records of ~1 KB against a relay stuck on the first: a hang fails the test
             envs.step(np.zeros(1, np.int64))
         release.set()
+        taken = -1
+        while taken != len(stuck.records):  # the relay drains what it holds: then a record has room again
+            taken = len(stuck.records)
+            time.sleep(0.2)
         envs.reset()  # a record that goes through: the count of those dropped is sent with it
         (pid,) = pool_pids(envs)
         envs.close()
