@@ -45,6 +45,18 @@ class Collected(logging.Handler):
         return [record.getMessage() for record in self.records]
 
 
+class Stuck(Collected):
+    """A handler of the main process that takes no record until ``release`` is set."""
+
+    def __init__(self, release: threading.Event):
+        super().__init__()
+        self.release = release
+
+    def emit(self, record):
+        self.release.wait(60)
+        super().emit(record)
+
+
 @pytest.fixture
 def probe_logs():
     """A :class:`Collected` handler on logger ``probe`` at INFO, removed afterwards."""
@@ -164,12 +176,7 @@ def test_a_relay_that_does_not_keep_up_costs_workers_a_bounded_wait_then_counted
     noisy, shmvec_logger, release = logging.getLogger("probe.noisy"), logging.getLogger("shmvec"), threading.Event()
     sent = 5 * 2000
 
-    class Stuck(Collected):
-        def emit(self, record):
-            release.wait(60)
-            super().emit(record)
-
-    stuck, notes = Stuck(), Collected()
+    stuck, notes = Stuck(release), Collected()
     noisy.addHandler(stuck)
     shmvec_logger.addHandler(notes)
     try:
@@ -200,12 +207,7 @@ def test_the_count_of_dropped_records_arrives_though_the_worker_logs_nothing_mor
     noisy, shmvec_logger, release = logging.getLogger("probe.noisy"), logging.getLogger("shmvec"), threading.Event()
     sent = 10_000  # records of ~1 KB: more than the socket buffer holds
 
-    class Stuck(Collected):
-        def emit(self, record):
-            release.wait(60)
-            super().emit(record)
-
-    stuck, notes = Stuck(), Collected()
+    stuck, notes = Stuck(release), Collected()
     noisy.addHandler(stuck)
     shmvec_logger.addHandler(notes)
     try:
