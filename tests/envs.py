@@ -697,3 +697,23 @@ class DiscreteObsEnv(BoundedBoxEnv):
 
     def _obs(self):
         return int(self.np_random.integers(5))
+
+
+class TorchEnv(gym.Env):
+    """Each step runs a torch op large enough for a parallel region (torch is imported when built)."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self):
+        import torch
+
+        self.x = torch.ones(256, 256)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        value = float((self.x @ self.x).relu().sum())
+        return np.full(2, value, np.float32), 0.0, False, False, {}

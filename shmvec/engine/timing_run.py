@@ -12,6 +12,15 @@ environment), which builds the env, turns off what it would record outside the p
 (:func:`~shmvec.planning.env_timing.time_env_and_machine`), closes it and exits. An explicit
 ``n_workers`` skips all of it.
 
+Where it is safe, the timing process is forked from the caller instead (:func:`fork_is_safe`): a
+copy of a process that already imported the env's libraries needs no import (a
+``make_vec_env`` factory imports SB3 and torch: ~1 s a process, and RL Zoo makes two pools),
+and a copy has all the script's set-up already. It is safe when no other Python thread runs
+(one could hold a lock the copy needs), torch has not started CUDA (a copy cannot use it),
+and workers run one OpenMP thread (GNU OpenMP's pool, copied from a caller that used it,
+hangs the first parallel region in the copy: the copy limits its threads before anything
+runs). Under ``start_method="spawn"`` it is started as the workers are.
+
 The process ends with the caller's need of it: a watchdog thread sees the main process die
 (SIGKILL, the out-of-memory killer) within :data:`PARENT_CHECK_INTERVAL`; then, as when the
 main process gives up on it (:data:`TIMING_TIMEOUT`, Ctrl-C), SIGTERM raises in its main thread
@@ -38,11 +47,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
+import multiprocessing as mp
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -71,21 +84,43 @@ class TimingFailed(RuntimeError):
 
 
 def timer(start_method: str, start: WorkerStart) -> Callable[[Callable[[], Any]], EnvTiming]:
-    """:func:`time_in_process` in processes started by ``start_method`` as workers with ``start``."""
-    return functools.partial(time_in_process, mp_context(start_method), start)
+    """:func:`time_in_process`: forked where :func:`fork_is_safe`, else started by ``start_method``
+    as workers with ``start`` are (decided at each timing: threads come and go)."""
+    return functools.partial(time_in_process, start_method, start)
 
 
-def time_in_process(ctx: Any, start: WorkerStart, env_fn: Callable[[], Any], timeout: float | None = None) -> EnvTiming:
-    """:func:`~shmvec.planning.env_timing.time_env_and_machine` of ``env_fn``, run in a new process
-    of ``ctx`` that starts as a worker with ``start``; raises :class:`TimingFailed`, or
-    :class:`~shmvec.planning.outside_effects.NotTimed` for an env that would be seen. ``timeout``:
-    :data:`TIMING_TIMEOUT` (read at the call) if None."""
+def fork_is_safe(start_method: str, worker_threads: int | None) -> bool:
+    """Whether the timing process may be a fork of this process (see the module's docstring)."""
+    if start_method == "spawn" or worker_threads != 1 or threading.active_count() != 1:
+        return False
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        return not (cuda is not None and cuda.is_initialized())
+    except Exception:
+        return False  # a torch stand-in or a broken install: do not guess
+
+
+def time_in_process(
+    start_method: str, start: WorkerStart, env_fn: Callable[[], Any], timeout: float | None = None
+) -> EnvTiming:
+    """:func:`~shmvec.planning.env_timing.time_env_and_machine` of ``env_fn``, run in a new
+    process (a fork where :func:`fork_is_safe`, else started by ``start_method`` as a worker with
+    ``start``); raises :class:`TimingFailed`, or :class:`~shmvec.planning.outside_effects.NotTimed`
+    for an env that would be seen. ``timeout``: :data:`TIMING_TIMEOUT` (read at the call) if None."""
     timeout = TIMING_TIMEOUT if timeout is None else timeout
+    forked = fork_is_safe(start_method, start.worker_threads)
+    ctx = mp.get_context("fork") if forked else mp_context(start_method)
     receiver, sender = ctx.Pipe(duplex=False)
     prefix = SCRIPT_WORKER_PREFIX if start.import_main else WORKER_NAME_PREFIX
-    args = (sender, start.setup, cloudpickle.dumps(env_fn), start.worker_threads, os.getpid())
+    env_fn_blob = None if forked else cloudpickle.dumps(env_fn)  # a fork has it already
+    args = (sender, start.setup, env_fn_blob, start.worker_threads, os.getpid(), env_fn if forked else None)
     process = ctx.Process(target=_time_here, args=args, daemon=True, name=prefix + TIMING_PROCESS)
-    process.start()
+    with warnings.catch_warnings():  # the only Python thread: nobody else's filters change meanwhile
+        # Python >= 3.12 warns of a fork in a process with threads: BLAS's and OpenMP's count,
+        # and fork_is_safe has dealt with them.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        process.start()
     sender.close()
     answered = False
     try:
@@ -139,11 +174,22 @@ def _stop(signum, frame) -> None:
         raise _Stop
 
 
-def _time_here(sender: Any, setup_blob: bytes, env_fn_blob: bytes, n_threads: int | None, main_pid: int) -> None:
-    """The timing process: take on the script's set-up, time the env, end all it started, send back
-    ``("timed", *EnvTiming)``, ``("not timed", why)`` or ``("failed", the error in a line)``."""
+def _time_here(
+    sender: Any,
+    setup_blob: bytes,
+    env_fn_blob: bytes | None,
+    n_threads: int | None,
+    main_pid: int,
+    env_fn: Callable[[], Any] | None = None,
+) -> None:
+    """The timing process: take on the script's set-up, time the env (``env_fn``, in a fork, else
+    unpickled from ``env_fn_blob``), end all it started, send back ``("timed", *EnvTiming)``,
+    ``("not timed", why)`` or ``("failed", the error in a line)``."""
     global _stop_armed
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    if env_fn is not None:  # a fork: before anything can run a parallel region (worker_init, the env)
+        gc.disable()  # the caller's garbage (a pool never closed) is the caller's to finalize, not a copy's
+        limit_threads(n_threads)
     _adopt_what_the_env_starts()  # before anything here can start a process
     signal.signal(signal.SIGTERM, _stop)
     _start_orphan_watchdog(main_pid)
@@ -152,7 +198,7 @@ def _time_here(sender: Any, setup_blob: bytes, env_fn_blob: bytes, n_threads: in
         try:
             apply(cloudpickle.loads(setup_blob), None)
             limit_threads(n_threads)  # as a worker's: the env is timed as it will run
-            result = _time_quietly(cloudpickle.loads(env_fn_blob))
+            result = _time_quietly(env_fn if env_fn is not None else cloudpickle.loads(env_fn_blob))
         except Exception as exc:
             result = ("failed", f"{type(exc).__name__}: {exc}")
     except _Stop:

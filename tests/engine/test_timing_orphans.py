@@ -36,7 +36,6 @@ from hypothesis import strategies as st
 
 from shmvec import ShmVectorEnv
 from shmvec.engine import timing_run
-from shmvec.engine.link import mp_context
 from shmvec.options import PoolOptions
 from shmvec.processes.script_setup import worker_start
 from tests.global_rng_env import builds
@@ -66,7 +65,7 @@ def kill_if_alive(pids) -> None:
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("stage", ["building", "stepping"])
-@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])  # the timing process: forked, started
 def test_the_timing_process_ends_soon_after_the_main_process_is_killed(tmp_path, start_method, stage):
     script = tmp_path / "scenario.py"
     script.write_text(textwrap.dedent(SCRIPT.format(repo=REPO)))
@@ -97,7 +96,7 @@ def test_on_its_timeout_the_timing_process_closes_the_env_before_it_is_killed(tm
     env_fn = functools.partial(SlowEnv, str(tmp_path), 0.0, SLOW)
     try:
         with pytest.raises(timing_run.TimingFailed, match="not timed within 1 s"):
-            timing_run.time_in_process(mp_context(options.start_method), worker_start(options), env_fn, timeout=1.0)
+            timing_run.time_in_process(options.start_method, worker_start(options), env_fn, timeout=1.0)
         pids = builds(tmp_path / "built")
         assert len(pids) == 1 and gone(pids[0])
         assert builds(tmp_path / "closed") == pids  # closed in the grace period, not killed in its step
@@ -239,7 +238,7 @@ SCRIPT_WITH_SIMULATORS = """
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])  # the timing process: forked, started
 def test_what_the_timed_env_started_ends_soon_after_the_main_process_is_killed(tmp_path, start_method):
     script = tmp_path / "scenario.py"
     script.write_text(textwrap.dedent(SCRIPT_WITH_SIMULATORS.format(repo=REPO)))
