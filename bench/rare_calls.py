@@ -11,7 +11,7 @@ Each vector env holds N CartPole envs with those two methods: DummyVecEnv, Subpr
 start method) and ShmPoolVecEnv's default layout. All are alive at once and take turns,
 their order rotated each round; each call is timed alone and the table gives medians in
 µs. ``--other`` measures another checkout in turns with this one instead, one fresh
-process each per round (as ``bench/alternate.py``), shmvec's rows only. Usage::
+process each per round (as ``bench/gate.py`` runs the two trees), shmvec's rows only. Usage::
 
     python bench/rare_calls.py                          # ~30 s on 2 cores
     python bench/rare_calls.py --n 8 --calls 300 --rounds 7

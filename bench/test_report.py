@@ -41,17 +41,3 @@ def test_smoke_memory_section(tmp_path):
     )
     assert "PSS (MiB)" in (tmp_path / "report.md").read_text()
     assert os.path.exists(tmp_path / "results.json")
-
-
-@pytest.mark.smoke
-@pytest.mark.parametrize("adapter", ["sb3", "gym"])
-def test_smoke_timeline_phases_fit_inside_the_step(adapter):
-    from bench.probes import timeline
-
-    result = timeline.run(adapter, "CartPole-v1", 6, 2, steps=40, warmup=5)
-    medians = result["medians"]
-    assert result["steps"] == 40
-    assert "n_workers=2" in result["description"]
-    assert {"worker 0: stepping", "worker 1: stepping"} <= set(medians)  # one probe window per shard
-    for key, value in medians.items():
-        assert 0 <= value <= medians["step"], key  # misaligned marks give negative or oversized phases

@@ -74,42 +74,6 @@ def test_smoke_training_writes_results_markdown_and_plot(tmp_path):
 
 
 @pytest.mark.smoke
-def test_the_rollout_timeline_adds_the_steps_where_an_episode_ended():
-    from bench.probes.rollout_timeline import _episode_ends
-
-    steps = [1.0, 1.0, 1.0, 5.0, 1.0, 7.0, 1.0, 1.0]  # two steps where an episode ended
-    ended = [False, False, False, True, False, True, False, False]
-    figures = _episode_ends(steps, ended)
-    assert figures["vector step, mean"] == pytest.approx(18.0 / 8)
-    assert figures["steps where an episode ended (share)"] == pytest.approx(0.25)
-    assert figures["  their extra time over the median step"] == pytest.approx(6.0 - 1.0)
-    assert _episode_ends([1.0, 2.0], [False, False])["  their extra time over the median step"] == 0.0
-
-
-@pytest.mark.smoke
-def test_paired_turns_are_whole_rollouts_and_their_ratios_are_taken_round_by_round():
-    from bench.paired_training import summary, turn_steps
-    from bench.training_jobs import WORKLOADS
-
-    assert turn_steps(WORKLOADS["ppo-atari"], 1024) == 128 * 8  # one rollout is enough
-    assert turn_steps(WORKLOADS["ppo-atari"], 1500) == 2 * 128 * 8
-    assert turn_steps(WORKLOADS["a2c-cartpole"], 1024) == 5 * 16 * 13  # SB3's n_steps=5, N=16
-
-    def turn(rollout, update):
-        return {"rollout": rollout, "update": update, "turn": rollout + update}
-
-    # Paired round by round the rollout is 2x, 2x and 0.5x: median 2x (the ratio of the medians, 3/4, would say 0.75x).
-    turns = {
-        "dummy": [turn(2.0, 1.0), turn(8.0, 1.0), turn(3.0, 1.0)],
-        "shm": [turn(1.0, 1.0), turn(4.0, 1.0), turn(6.0, 2.0)],
-    }
-    lines = summary(turns, "dummy")
-    assert lines[2].startswith("shm")
-    assert "rollout 2.00x (0.50-2.00)" in lines[2]
-    assert "update 1.00x (0.50-1.00)" in lines[2]
-
-
-@pytest.mark.smoke
 @pytest.mark.parametrize("name", ["her-fetchreach", "maskable-ppo"])
 def test_the_workloads_with_rare_calls_build_the_algorithm_that_makes_them(name):
     """SAC with HerReplayBuffer over FetchReach's dict observations; MaskablePPO over an env with action_masks()."""
