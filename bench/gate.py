@@ -24,7 +24,8 @@ subproc`` mapped to ``ShmPoolVecEnv``'s defaults against ``--vec-env dummy``; sk
 ``rl_zoo3``), ``bare`` (CartPole x64 stepped by ``ShmVectorEnv``'s default against
 ``SyncVectorEnv``, steps/s), ``bare-2workers`` (the same on ``n_workers=2``), ``cpu-per-env`` and
 ``cpu-per-worker`` (the main thread's CPU time per step that each env and each worker adds, µs,
-from two layouts each: the Amdahl terms of a big machine), and ``inproc-sb3-N`` / ``inproc-gym-N``
+from two layouts each: the Amdahl terms of a big machine; ``ShmPoolVecEnv``'s, and with ``-gym``
+``ShmVectorEnv``'s), and ``inproc-sb3-N`` / ``inproc-gym-N``
 (N = 1, 4, 8 CartPoles, every env in the process: ``ShmPoolVecEnv`` against ``DummyVecEnv``,
 ``ShmVectorEnv`` against ``SyncVectorEnv``). A fixed tax of a few µs a step is below what fresh
 processes resolve, so an in-process row's child holds its reference too and alternates the two
@@ -62,7 +63,8 @@ TRAINING_ROWS = (
     "cleanrl-halfcheetah",
 )
 IN_PROCESS_ROWS = tuple(f"inproc-{adapter}-{n}" for adapter in ("sb3", "gym") for n in (1, 4, 8))
-PROBE_ROWS = ("rl-zoo-ppo", "bare", "bare-2workers", "cpu-per-env", "cpu-per-worker", *IN_PROCESS_ROWS)
+CPU_ROWS = ("cpu-per-env", "cpu-per-worker", "cpu-per-env-gym", "cpu-per-worker-gym")
+PROBE_ROWS = ("rl-zoo-ppo", "bare", "bare-2workers", *CPU_ROWS, *IN_PROCESS_ROWS)
 QUICK_ROWS = ("ppo-cartpole", "ppo-halfcheetah", "cleanrl-cartpole", "bare", "cpu-per-env")
 QUICK_IN_PROCESS = ("inproc-sb3-1", "inproc-gym-1")  # where a fixed tax weighs most; ~25 s for 3 rounds
 QUICK = {"rows": QUICK_ROWS + QUICK_IN_PROCESS, "scale": 0.5}

@@ -189,12 +189,13 @@ def rl_zoo(impl: str, scale: float) -> dict[str, Any]:
     return {"total": total, "vec_env": "; ".join(made) or "DummyVecEnv"}  # RL Zoo makes its eval env first
 
 
-def main_thread_cpu(env_cls: type, n: int, k: int) -> Any:
+def main_thread_cpu(env_cls: type, n: int, k: int, adapter: str = "sb3") -> Any:
     """A pool of ``n`` envs on ``k`` workers, every wait blocking: a callable that measures the
-    main thread's CPU µs per step for a while."""
+    main thread's CPU µs per step for a while (``adapter``: ``sb3``, ShmPoolVecEnv; ``gym``, ShmVectorEnv)."""
     import shmvec
 
-    venv = shmvec.ShmPoolVecEnv([env_cls] * n, n_workers=k, main_shard=False, max_spin=0.0)
+    vec_env = shmvec.ShmPoolVecEnv if adapter == "sb3" else shmvec.ShmVectorEnv
+    venv = vec_env([env_cls] * n, n_workers=k, main_shard=False, max_spin=0.0)
     venv.reset()
     actions = np.zeros(n, np.int64)
 
@@ -209,9 +210,11 @@ def main_thread_cpu(env_cls: type, n: int, k: int) -> Any:
     return sample
 
 
-def cpu_slope(env_cls: type, small: tuple[int, int], large: tuple[int, int], per: int) -> dict[str, Any]:
+def cpu_slope(
+    env_cls: type, small: tuple[int, int], large: tuple[int, int], per: int, adapter: str = "sb3"
+) -> dict[str, Any]:
     """µs of the main thread per step that each added env (or worker) costs: two layouts, alternated."""
-    samplers = [main_thread_cpu(env_cls, *small), main_thread_cpu(env_cls, *large)]
+    samplers = [main_thread_cpu(env_cls, *small, adapter), main_thread_cpu(env_cls, *large, adapter)]
     try:
         samples = [[], []]
         for _ in range(CPU_ALTERNATIONS):
@@ -241,10 +244,12 @@ def child_main(name: str, impl: str, scale: float, tree: str) -> int:
         result = in_process("sb3" if adapter == "sb3" else "next_step", int(n))
     elif name == "rl-zoo-ppo":
         result = rl_zoo(impl, scale)
-    elif name == "cpu-per-env":
-        result = cpu_slope(InfoEnv, (16, 2), (128, 2), 112)
-    elif name == "cpu-per-worker":
-        result = cpu_slope(WaitingEnv, (4, 4), (16, 16), 12)
+    elif name.startswith("cpu-per-"):  # cpu-per-env, cpu-per-worker; a -gym suffix: ShmVectorEnv's
+        adapter = "gym" if name.endswith("-gym") else "sb3"
+        if name.startswith("cpu-per-env"):
+            result = cpu_slope(InfoEnv, (16, 2), (128, 2), 112, adapter)
+        else:
+            result = cpu_slope(WaitingEnv, (4, 4), (16, 16), 12, adapter)
     else:
         result = training(name, impl, scale)
     print(json.dumps(result), flush=True)

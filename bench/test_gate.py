@@ -113,6 +113,40 @@ def test_a_child_runs_the_in_process_job_of_its_row(monkeypatch, capsys, row, jo
 
 
 @pytest.mark.smoke
+@pytest.mark.parametrize(
+    "row, job",
+    [
+        ("cpu-per-env", ("InfoEnv", (16, 2), (128, 2), 112, "sb3")),
+        ("cpu-per-worker", ("WaitingEnv", (4, 4), (16, 16), 12, "sb3")),
+        ("cpu-per-env-gym", ("InfoEnv", (16, 2), (128, 2), 112, "gym")),
+        ("cpu-per-worker-gym", ("WaitingEnv", (4, 4), (16, 16), 12, "gym")),
+    ],
+)
+def test_a_child_runs_the_cpu_job_of_its_row_on_its_adapter(monkeypatch, capsys, row, job):
+    calls = []
+    fake = lambda env_cls, *a: calls.append((env_cls.__name__, *a)) or {"value": 1.0}  # noqa: E731
+    monkeypatch.setattr(gate_jobs, "cpu_slope", fake)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert gate_jobs.child_main(row, "shm", 1.0, gate.REPO) == 0
+    assert calls == [job] and '"value": 1.0' in capsys.readouterr().out
+    (parsed,) = gate.rows_of([row])
+    assert parsed.unit == "µs" and not parsed.higher_is_better and gate.sides_of(parsed) == ["ref", "current"]
+    assert row in gate.PROBE_ROWS
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("adapter", ["sb3", "gym"])
+def test_the_cpu_sampler_steps_either_adapter(monkeypatch, adapter):
+    """One short sample of the main thread's CPU per step, through each adapter (two workers)."""
+    monkeypatch.setattr(gate_jobs, "CPU_SECONDS", 0.05)
+    sample = gate_jobs.main_thread_cpu(gate_jobs.InfoEnv, 2, 2, adapter)
+    try:
+        assert sample() > 0
+    finally:
+        sample.close()
+
+
+@pytest.mark.smoke
 def test_a_row_against_this_commit():
     """The whole path: a worktree of HEAD, children on both sides, the table; this tree is HEAD or
     its working copy, so the row is not SLOWER beyond its spread."""
