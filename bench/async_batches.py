@@ -457,13 +457,3 @@ WHY = """What limits the ratios (profiles of the main process with cProfile on t
   and leave almost no env time to hide, and the policy competes with both workers for the
   2 cores. Overlap pays when the env time of a batch is close to a policy call and the
   policy has a core of its own: Acrobot (~40 µs per step) with `n_workers=1`."""
-
-
-def replace_section(report: str, section: str, heading: str = HEADING) -> str:
-    """``report`` with its ``heading`` section (up to the next ``## `` heading) replaced by ``section``, or appended."""
-    start = report.find(heading)
-    if start < 0:
-        return report.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    following = report.find("\n## ", start + len(heading))
-    rest = report[following + 1 :] if following >= 0 else ""
-    return report[:start] + section.rstrip("\n") + "\n" + ("\n" + rest if rest else "")

@@ -6,6 +6,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 
 from bench.impls import BASELINE, IMPLS, SHMVEC
 from bench.measure import Result
@@ -28,6 +29,22 @@ def fmt_fps(x: float) -> str:
 
 def _mib(x: int) -> str:
     return f"{x / 2**20:+,.0f}"
+
+
+def replace_section(report: str, section: str, heading: str) -> str:
+    """``report`` with its ``heading`` section (up to the next ``## `` heading) replaced by ``section``, or appended."""
+    start = report.find(heading)
+    if start < 0:
+        return report.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    following = report.find("\n## ", start + len(heading))
+    rest = report[following + 1 :] if following >= 0 else ""
+    return report[:start] + section.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
+
+
+def write_section(path: str | Path, section: str, heading: str, new_file: str = "") -> None:
+    """Replace (or append) the ``heading`` section of the Markdown file at ``path``; the rest stays."""
+    path = Path(path)
+    path.write_text(replace_section(path.read_text() if path.exists() else new_file, section, heading))
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

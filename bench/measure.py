@@ -58,11 +58,6 @@ class Result:
     def to_dict(self) -> dict:
         return {**asdict(self.config), "samples": self.samples, "median": self.median, "error": self.error}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> Result:
-        config = Config(d["workload"], d["impl"], d["n"], d["k"])
-        return cls(config, list(d["samples"]), d.get("error"))
-
 
 @dataclass(frozen=True)
 class Timing:

@@ -159,10 +159,8 @@ def run_plan(plan: Plan, timing: Timing, desc: str) -> list[Result]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     preload_forkserver()
-    if args.sections == ["async"]:
-        return write_async_section(args, argv)
-    if args.sections == ["ray"]:
-        return write_ray_section(args, argv)
+    if args.sections in (["async"], ["ray"]):
+        return write_alone(args, argv, args.sections[0])
     preset = PRESETS[args.grid]
     timing = replace(
         preset.timing,
@@ -181,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     doc = [
         "# shmvec benchmark report",
-        f"Machine: {platform.machine()}, {CORES} cores, Python {platform.python_version()}, {platform.platform()}. "
-        f"Command: `python bench/report.py {' '.join(argv if argv is not None else sys.argv[1:])}`. "
+        f"Machine: {machine()}. Command: `{command(argv)}`. "
         f"Timing: {timing.repeats} round-robin samples of ~{timing.block_time}s per configuration after "
         f"{timing.warmup_time}s warm-up; medians quoted. Throughput = env.step() calls per second (vector steps x N).",
     ]
@@ -291,6 +288,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def machine(with_platform: bool = True) -> str:
+    where = f", {platform.platform()}" if with_platform else ""
+    return f"{platform.machine()}, {CORES} cores, Python {platform.python_version()}{where}"
+
+
+def command(argv: list[str] | None) -> str:
+    return f"python bench/report.py {' '.join(argv if argv is not None else sys.argv[1:])}"
+
+
 def run_async_section(args: argparse.Namespace, argv: list[str] | None) -> tuple[str, dict]:
     """Measure the async-batches section; its Markdown and its samples."""
     from bench import async_batches as ab
@@ -301,58 +307,36 @@ def run_async_section(args: argparse.Namespace, argv: list[str] | None) -> tuple
     total = 3 * 2 * timing.repeats + len(ab.PPO_CONFIGS) * 2 * ppo_repeats  # 3 micro comparisons of 2 loops
     with tqdm(total=total, desc="async", unit="sample", file=sys.stderr) as bar:
         section = ab.run_section(timing, args.ppo_timesteps, ppo_repeats, on_sample=bar.update)
-    machine = (
-        f"{platform.machine()}, {CORES} cores, Python {platform.python_version()}, {platform.platform()}, "
-        f"load average {os.getloadavg()[0]:.2f} at the end"
-    )
-    command = f"python bench/report.py {' '.join(argv if argv is not None else sys.argv[1:])}"
-    text = ab.markdown(section, machine, command, timing, ppo_repeats)
-    return text, section.to_dict()
+    where = f"{machine()}, load average {os.getloadavg()[0]:.2f} at the end"
+    return ab.markdown(section, where, command(argv), timing, ppo_repeats), section.to_dict()
 
 
-def write_async_section(args: argparse.Namespace, argv: list[str] | None) -> int:
-    """``--sections async`` alone: replace (or append) that section of ``--out/report.md``; keep the rest."""
-    from bench.async_batches import replace_section
-
-    os.makedirs(args.out, exist_ok=True)
-    started = time.time()
-    text, dump = run_async_section(args, argv)
-    text += f"\n\n_Wall time of this section: {time.time() - started:.0f} s._"
-    report_path, json_path = os.path.join(args.out, "report.md"), os.path.join(args.out, "results.json")
-    old = Path(report_path).read_text() if os.path.exists(report_path) else "# shmvec benchmark report\n"
-    Path(report_path).write_text(replace_section(old, text))
-    results = json.loads(Path(json_path).read_text()) if os.path.exists(json_path) else {}
-    results["async"] = dump
-    with open(json_path, "w") as f:
-        json.dump(results, f, indent=1, default=str)
-    print(text)
-    print(f"wrote {report_path}", file=sys.stderr)
-    return 0
-
-
-def write_ray_section(args: argparse.Namespace, argv: list[str] | None) -> int:
-    """``--sections ray`` alone: replace (or append) that section of ``--out/report.md``; keep the rest."""
+def run_ray_section(args: argparse.Namespace, argv: list[str] | None) -> tuple[str, list]:
+    """Measure the backend="ray" section (and draw its plot into ``--out``); its Markdown and its cells."""
     from bench import ray_overhead as ro
-    from bench.async_batches import replace_section
+
+    with tqdm(total=len(ro.COSTS) * len(ro.SHAPES), desc="ray", unit="cell", file=sys.stderr) as bar:
+        cells = ro.run(block_time=args.block_time or 0.5, repeats=args.repeats or 3, on_sample=bar.update)
+    ro.plot(cells, os.path.join(args.out, "ray_overhead.png"))
+    where = f"{machine(with_platform=False)}, load average {os.getloadavg()[0]:.2f} at the end"
+    return ro.markdown(cells, where, command(argv), "ray_overhead.png"), ro.section_dict(cells)
+
+
+def write_alone(args: argparse.Namespace, argv: list[str] | None, section: str) -> int:
+    """``--sections async`` or ``ray`` alone: replace (or append) that section of ``--out/report.md``
+    and its key of ``results.json``; keep the rest."""
+    from bench.async_batches import HEADING as ASYNC_HEADING
+    from bench.ray_overhead import HEADING as RAY_HEADING
 
     os.makedirs(args.out, exist_ok=True)
     started = time.time()
-    repeats = args.repeats or 3
-    with tqdm(total=len(ro.COSTS) * len(ro.SHAPES), desc="ray", unit="cell", file=sys.stderr) as bar:
-        cells = ro.run(block_time=args.block_time or 0.5, repeats=repeats, on_sample=bar.update)
-    ro.plot(cells, os.path.join(args.out, "ray_overhead.png"))
-    machine = (
-        f"{platform.machine()}, {CORES} cores, Python {platform.python_version()}, "
-        f"load average {os.getloadavg()[0]:.2f} at the end"
-    )
-    command = f"python bench/report.py {' '.join(argv if argv is not None else sys.argv[1:])}"
-    text = ro.markdown(cells, machine, command, "ray_overhead.png")
+    text, dump = (run_async_section if section == "async" else run_ray_section)(args, argv)
     text += f"\n\n_Wall time of this section: {time.time() - started:.0f} s._"
     report_path, json_path = os.path.join(args.out, "report.md"), os.path.join(args.out, "results.json")
-    old = Path(report_path).read_text() if os.path.exists(report_path) else "# shmvec benchmark report\n"
-    Path(report_path).write_text(replace_section(old, text, heading=ro.HEADING))
+    heading = ASYNC_HEADING if section == "async" else RAY_HEADING
+    md.write_section(report_path, text, heading, new_file="# shmvec benchmark report\n")
     results = json.loads(Path(json_path).read_text()) if os.path.exists(json_path) else {}
-    results["ray"] = ro.section_dict(cells)
+    results[section] = dump
     with open(json_path, "w") as f:
         json.dump(results, f, indent=1, default=str)
     print(text)

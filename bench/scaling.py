@@ -523,10 +523,9 @@ def main(argv: list[str] | None = None) -> None:
         saved.write_text(json.dumps(results, indent=1, default=float))  # kept should a later section fail
     plot(results, out / "scaling.png")
     text = markdown(results, args)
-    from bench.async_batches import replace_section
+    from bench.markdown import write_section
 
-    report = out / "report.md"
-    report.write_text(replace_section(report.read_text() if report.exists() else "", text, heading=HEADING))
+    write_section(out / "report.md", text, HEADING)
     print(text)
 
 

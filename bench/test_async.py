@@ -13,6 +13,7 @@ import pytest
 
 from bench import async_batches as ab
 from bench import report
+from bench.markdown import replace_section
 from bench.measure import SMOKE_TIMING
 
 TINY = {"fast": 1e-5, "slow": 2e-4}
@@ -59,11 +60,11 @@ def test_ideal_ratios():
 @pytest.mark.smoke
 def test_replace_section_appends_then_replaces_only_itself():
     report_text = "# report\n\n## Grid\n\ngrid rows\n\n_Wall time: 9 s._\n"
-    once = ab.replace_section(report_text, ab.HEADING + "\n\nfirst")
+    once = replace_section(report_text, ab.HEADING + "\n\nfirst", ab.HEADING)
     assert once.startswith(report_text.rstrip("\n")) and once.endswith(ab.HEADING + "\n\nfirst\n")
-    twice = ab.replace_section(once, ab.HEADING + "\n\nsecond")
+    twice = replace_section(once, ab.HEADING + "\n\nsecond", ab.HEADING)
     assert twice == once.replace("first", "second")
-    later = ab.replace_section(once + "\n## Later\n\nkept\n", ab.HEADING + "\n\nthird")
+    later = replace_section(once + "\n## Later\n\nkept\n", ab.HEADING + "\n\nthird", ab.HEADING)
     assert "third" in later and "first" not in later and later.endswith("## Later\n\nkept\n")
 
 

@@ -263,12 +263,10 @@ def write_outputs(args, rows: list[Row], runs: list[Run], skipped: list[str], me
             indent=1,
         )
     if args.report:
-        from bench.async_batches import replace_section
+        from bench.markdown import write_section
 
-        report = Path(args.report)
-        link = os.path.relpath(os.path.join(args.out, plot), report.parent) if plot else None  # from the report's dir
-        section = markdown(rows, runs, skipped, meta, link)
-        report.write_text(replace_section(report.read_text() if report.exists() else "", section, HEADING))
+        link = os.path.relpath(os.path.join(args.out, plot), Path(args.report).parent) if plot else None  # from its dir
+        write_section(args.report, markdown(rows, runs, skipped, meta, link), HEADING)
     return text
 
 
