@@ -4,7 +4,8 @@
 - :class:`ShmVectorEnv` / :func:`make_vec` - a Gymnasium ``VectorEnv``; :func:`register`
   gives any env id a ``shmvec/`` twin that ``gym.make_vec`` builds as one.
 - :class:`ShmAgentVecEnv` / :func:`concat_vec_envs_v1` - the agents of PettingZoo parallel envs as
-  SB3 ``VecEnv`` slots, SuperSuit's ``concat_vec_envs_v1`` over shmvec (needs the ``[sb3,agents]`` extras).
+  SB3 ``VecEnv`` slots, SuperSuit's ``concat_vec_envs_v1`` over shmvec (needs the ``[sb3,agents]`` extras);
+  :class:`ShmAgentVectorEnv` - the same slots as a Gymnasium ``VectorEnv``.
 - :class:`ShmPool` - the engine both adapters share.
 - :class:`TimingsCallback` - ``envs.timings`` in SB3's logger at each rollout's end (needs the ``[sb3]`` extra).
 """
@@ -19,6 +20,7 @@ if not sys.platform.startswith("linux") or sys.version_info < (3, 11):
         f"with Python 3.11 or later; this is {sys.platform!r} with Python {sys.version_info[0]}.{sys.version_info[1]}"
     )
 
+from shmvec.adapters.agents_gym import ShmAgentVectorEnv
 from shmvec.adapters.registration import make_vec, register
 from shmvec.adapters.vector import ShmVectorEnv
 from shmvec.engine.pool import ShmPool
@@ -44,6 +46,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ShmAgentVecEnv",
+    "ShmAgentVectorEnv",
     "ShmPool",
     "ShmPoolVecEnv",
     "ShmVectorEnv",

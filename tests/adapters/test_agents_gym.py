@@ -1,0 +1,269 @@
+"""ShmAgentVectorEnv against PettingZoo's envs stepped directly here, copy by copy, flattened to
+slots (slot ``c * A + a``) with Gymnasium's three autoreset modes applied per copy: same seeds and
+actions, bit-identical observations, rewards, flags, masks and infos."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+pytest.importorskip("pettingzoo")
+
+from shmvec import ShmAgentVectorEnv  # noqa: E402
+from shmvec.errors import InvalidActionError, ResetNeededError, SpaceMismatchError  # noqa: E402
+from tests.agent_envs import DyingAgentsEnv, MixedSpacesEnv  # noqa: E402
+
+
+class RowInfos:
+    """Gymnasium's own ``_add_info`` over ``num_envs`` rows."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, num_envs):
+        self.num_envs = num_envs
+
+
+class Reference:
+    """``n_copies`` PettingZoo envs stepped in this process; each slot as its agent, each copy's
+    episode ending when none of its agents is left undone, and then reset as ``mode`` says."""
+
+    def __init__(self, make, n_copies, mode):
+        self.envs = [make() for _ in range(n_copies)]
+        self.agents = list(self.envs[0].possible_agents)
+        space = self.envs[0].observation_space(self.agents[0])
+        self.obs_shape, self.obs_dtype = space.shape, space.dtype
+        self.mode, self.A = mode, len(self.agents)
+        self.pending_reset = [False] * n_copies
+        self.done = [None] * n_copies  # per copy: (terminated, truncated) of its agents, kept once set
+
+    def _rows(self, observations):
+        rows = np.zeros((self.A, *self.obs_shape), self.obs_dtype)
+        for i, agent in enumerate(self.agents):
+            if agent in observations:
+                rows[i] = observations[agent]
+        return rows
+
+    def _live(self, c):
+        return np.array([agent in self.envs[c].agents for agent in self.agents])
+
+    def reset_copy(self, c, seed):
+        observations, infos = self.envs[c].reset(seed=seed)
+        self.done[c] = (np.zeros(self.A, bool), np.zeros(self.A, bool))
+        self.pending_reset[c] = False
+        slot_infos = [dict(infos.get(agent) or {}) for agent in self.agents]
+        zeros = np.zeros(self.A, bool)
+        return self._rows(observations), np.zeros(self.A), zeros, zeros, self._live(c), slot_infos
+
+    def step_copy(self, c, actions):
+        if self.pending_reset[c]:  # NEXT_STEP: this step resets the copy, its actions ignored
+            return self.reset_copy(c, None)
+        env = self.envs[c]
+        was = self._live(c) & ~(self.done[c][0] | self.done[c][1])
+        act = {agent: actions[i] for i, agent in enumerate(self.agents) if agent in env.agents}
+        observations, rewards, terms, truncs, infos = env.step(act)
+        terminated, truncated = self.done[c][0].copy(), self.done[c][1].copy()
+        reward_row = np.zeros(self.A)
+        for i, agent in enumerate(self.agents):
+            reward_row[i] = np.float32(rewards.get(agent, 0.0))
+            terminated[i] |= bool(terms.get(agent, False))
+            truncated[i] |= bool(truncs.get(agent, False))
+        live = self._live(c)
+        terminated |= was & ~live & ~truncated  # left without a flag: terminated
+        mask = live & ~(terminated | truncated)
+        self.done[c] = (terminated, truncated)
+        rows = self._rows(observations)
+        slot_infos = [dict(infos.get(agent) or {}) for agent in self.agents]
+        if mask.any():  # the copy goes on: agents that left get zeros, their last row in final_obs
+            for i in np.flatnonzero(was & ~mask):
+                slot_infos[i] = {"final_obs": rows[i].copy(), "final_info": dict(slot_infos[i]), **slot_infos[i]}
+            rows[~mask] = 0
+            return rows, reward_row, terminated, truncated, mask, slot_infos
+        if self.mode == AutoresetMode.SAME_STEP:
+            reset_rows, _, _, _, mask, reset_infos = self.reset_copy(c, None)
+            slot_infos = [{"final_obs": rows[i], "final_info": slot_infos[i], **reset_infos[i]} for i in range(self.A)]
+            return reset_rows, reward_row, terminated, truncated, mask, slot_infos
+        self.pending_reset[c] = self.mode == AutoresetMode.NEXT_STEP
+        return rows, reward_row, terminated, truncated, mask, slot_infos
+
+    def batch(self, results, copies=None, n_copies=None):
+        """Copy results as slot rows and Gymnasium infos (with ``mask``); with ``copies`` (the copies of
+        ``results``), infos over the slots of ``n_copies``, as a masked reset gives them."""
+        obs, rewards, terminated, truncated, mask, slot_infos = (list(x) for x in zip(*results))
+        copies = range(len(results)) if copies is None else copies
+        n = (n_copies or len(results)) * self.A
+        infos, add = {}, RowInfos(n)._add_info
+        for c, copy_infos in zip(copies, slot_infos):
+            for a, info in enumerate(copy_infos):
+                if info:
+                    infos = add(infos, info, c * self.A + a)
+        infos["mask"], infos["_mask"] = np.concatenate(mask), np.ones(len(results) * self.A, bool)
+        flat = (np.concatenate(obs), np.concatenate(rewards), np.concatenate(terminated), np.concatenate(truncated))
+        return (*flat, infos)
+
+    def reset(self, seed, copies, n_copies):
+        results = [self.reset_copy(c, seed + c if seed is not None else None) for c in copies]
+        obs, *_, infos = self.batch(results, copies, n_copies)
+        return obs, infos
+
+    def step(self, actions, copies):
+        return self.batch([self.step_copy(c, actions[k * self.A : (k + 1) * self.A]) for k, c in enumerate(copies)])
+
+
+def assert_same(ours, theirs, where):
+    if isinstance(theirs, dict):
+        assert isinstance(ours, dict) and list(ours) == list(theirs), f"{where}: {list(ours)} != {list(theirs)}"
+        for key in theirs:
+            assert_same(ours[key], theirs[key], f"{where}[{key!r}]")
+    elif isinstance(theirs, np.ndarray) and theirs.dtype == object:
+        assert ours.dtype == object and len(ours) == len(theirs), where
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            assert_same(a, b, f"{where}[{i}]")
+    elif theirs is None:
+        assert ours is None, where
+    else:
+        np.testing.assert_array_equal(ours, theirs, err_msg=where, strict=True)
+
+
+def assert_results_equal(ours, theirs, where):
+    names = ("obs", "rewards", "terminations", "truncations", "infos") if len(ours) == 5 else ("obs", "infos")
+    for name, a, b in zip(names, ours, theirs):
+        assert_same(a, b, f"{where} {name}")
+
+
+def simple_spread():
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env(N=3, max_cycles=9)
+
+
+class RandomLifetimes(DyingAgentsEnv):
+    """Agents leave after a random number of steps each episode, so copies end out of step."""
+
+    def reset(self, seed=None, options=None):
+        observations, infos = super().reset(seed=seed, options=options)
+        self.lifetimes = dict(zip(self.possible_agents[:-1], self.rng.integers(1, 7, self.num_agents - 1).tolist()))
+        self.max_steps = int(self.rng.integers(3, 8))
+        return observations, infos
+
+
+def dying_agents():
+    return RandomLifetimes(n_agents=3, max_steps=7)
+
+
+ENVS = {"simple_spread": (simple_spread, 5), "dying_agents": (dying_agents, 3)}
+
+
+def run_both(make, n_actions, mode, n_workers, steps, n_copies=2, seed=3):
+    """Step both with the same seeds and random actions; the number of copy episodes that ended."""
+    reference = Reference(make, n_copies, mode)
+    everyone = list(range(n_copies))
+    ends = 0
+    with ShmAgentVectorEnv(make(), n_copies, n_workers=n_workers, autoreset_mode=mode) as ours:
+        assert_results_equal(ours.reset(seed=seed), reference.reset(seed, everyone, n_copies), "reset")
+        rng = np.random.default_rng(seed)
+        for t in range(steps):
+            actions = rng.integers(0, n_actions, ours.num_envs)
+            theirs = reference.step(actions, everyone)
+            results = ours.step(actions)
+            assert_results_equal(results, theirs, f"step {t}")
+            ended = ~results[-1]["mask"].reshape(n_copies, -1).any(axis=1)  # no agent left to act
+            if mode == AutoresetMode.SAME_STEP:
+                ended = (results[2] | results[3]).reshape(n_copies, -1).all(axis=1)
+            ends += int(ended.sum())
+            if mode == AutoresetMode.DISABLED and ended.any():
+                with pytest.raises(ResetNeededError, match=r"episodes of copies \[.*\] \(slots \["):
+                    ours.step(actions)
+                # terminations | truncations: a copy resets only where all its slots are set, i.e. it ended
+                reset_mask = results[2] | results[3]
+                copies = np.flatnonzero(ended).tolist()
+                their_obs, their_infos = reference.reset(None, copies, n_copies)
+                obs, infos = ours.reset(options={"reset_mask": reset_mask})
+                slots = np.concatenate([np.arange(c * reference.A, (c + 1) * reference.A) for c in copies])
+                np.testing.assert_array_equal(obs[slots], their_obs, strict=True)
+                np.testing.assert_array_equal(infos.pop("mask")[slots], their_infos.pop("mask"), strict=True)
+                infos.pop("_mask"), their_infos.pop("_mask")
+                assert_same(infos, their_infos, f"reset infos after step {t}")
+    return ends
+
+
+@pytest.mark.parametrize("n_workers", [0, 1])
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.name)
+@pytest.mark.parametrize("env", sorted(ENVS))
+def test_equals_the_envs_stepped_directly(env, mode, n_workers):
+    make, n_actions = ENVS[env]
+    ends = run_both(make, n_actions, mode, n_workers, steps=200)
+    assert ends >= 2 * 20  # every copy ran through many episodes (and, here, agent deaths)
+
+
+def test_spaces_and_slot_order():
+    with ShmAgentVectorEnv(simple_spread(), 4, n_workers=0) as envs:
+        assert envs.num_envs == 12 and envs.num_copies == 4 and envs.num_agents == 3
+        assert envs.single_observation_space.shape == (18,) and envs.observation_space.shape == (12, 18)
+        assert envs.single_action_space.n == 5 and envs.action_space.shape == (12,)
+        assert envs.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (12, 18) and not np.array_equal(obs[:3], obs[3:6])  # copies seeded 0, 1, ...
+        with pytest.raises(InvalidActionError, match=r"4 copies x 3 agents = 12"):
+            envs.step(np.zeros(4, np.int64))
+
+
+def test_agents_with_different_spaces_are_a_clear_error():
+    with pytest.raises(SpaceMismatchError, match="pad_observations_v0"):
+        ShmAgentVectorEnv(MixedSpacesEnv(n_agents=2), 2, n_workers=1)
+
+
+def test_calls_by_slot_and_close_twice():
+    envs = ShmAgentVectorEnv(DyingAgentsEnv(n_agents=2, max_steps=5), 3, n_workers=1)
+    try:
+        envs.reset(seed=0)
+        envs.step(np.ones(6, np.int64))
+        assert envs.call("count", 2) == (2,) * 6  # once per copy, its result in each of its slots
+        assert envs.get_attr("episodes") == (1,) * 6
+        envs.set_attr("max_steps", [1, 1, 2, 2, 9, 9])  # one per slot: each copy takes its first slot's
+        assert envs.get_attr("max_steps") == (1, 1, 2, 2, 9, 9)
+        assert len(envs.render()) == 3  # once per copy
+        with pytest.raises(ValueError, match="slots of a copy share its seed"):
+            envs.reset(seed=[0, 1, 2, 3, 4, 5])
+        assert envs.reset(seed=[7, 7, 8, 8, 9, 9])[0].shape == (6, 4)
+        with pytest.raises(ValueError, match="names no whole copy"):  # a copy resets when all its slots are set
+            envs.reset(options={"reset_mask": np.array([True, False, False, True, False, False])})
+    finally:
+        envs.close()
+        envs.close()
+    assert envs.closed
+
+
+def test_unseeded_copies_of_one_instance_play_different_episodes():
+    with ShmAgentVectorEnv(DyingAgentsEnv(n_agents=2), 2, n_workers=0) as envs:
+        obs, _ = envs.reset()
+    assert not np.array_equal(obs[:2], obs[2:])
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED], ids=lambda m: m.name)
+def test_async_batches_of_copies_equal_the_reference(mode):
+    """batch_size=1: each recv returns one copy's slots, whichever finished first; each equals the
+    reference's step of that copy."""
+    n_copies, A, rounds = 3, 3, 60
+    reference = Reference(dying_agents, n_copies, mode)
+    rng = np.random.default_rng(0)
+    with ShmAgentVectorEnv(dying_agents(), n_copies, n_workers=2, autoreset_mode=mode, batch_size=1) as envs:
+        envs.async_reset(seed=4)
+        expected = {c: reference.batch([reference.reset_copy(c, 4 + c)]) for c in range(n_copies)}
+        for t in range(rounds):
+            results = envs.recv()
+            slots = results[-1].pop("env_id")
+            copy = int(slots[0]) // A
+            np.testing.assert_array_equal(slots, np.arange(copy * A, (copy + 1) * A))
+            assert_results_equal(results, expected.pop(copy), f"round {t}, copy {copy}")
+            if mode == AutoresetMode.DISABLED and not results[-1]["mask"].any():  # the copy ended
+                with pytest.raises(ResetNeededError):
+                    envs.send(np.ones(A, np.int64))
+                envs.async_reset(options={"reset_mask": np.repeat(np.arange(n_copies) == copy, A)})
+                expected[copy] = reference.batch([reference.reset_copy(copy, None)])
+                continue
+            actions = rng.integers(0, 3, A)
+            envs.send(actions, slots)
+            expected[copy] = reference.batch([reference.step_copy(copy, actions)])
+        for _ in range(len(expected)):  # drain what is still in flight before closing
+            envs.recv()
