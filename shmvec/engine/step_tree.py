@@ -66,7 +66,7 @@ class StepTree:
         self.ctrl = ctrl  # the control block: one row per worker
         self.root_posts = [link.cmd.post for link in links[:fanout]]
         self.statuses = ctrl[:, lay.CTRL_STATUS]
-        self.done_takes = [link.done.take for link in links[:-1]]
+        self.done_takes = [(link, link.done.take) for link in links[:-1]]
         # what each worker is told at attach: the cmd signals it posts
         self.children_names = [tuple(links[c].cmd.name for c in kids) for kids in children_of(len(links), fanout)]
 
@@ -82,14 +82,13 @@ class StepTree:
         The words, the seqs and the posts must agree: a seq that no post matches would leave a
         worker waiting for it. The caller holds Ctrl-C meanwhile (:mod:`shmvec.ipc.interrupts`).
         """
-        links, ctrl = self.links, self.ctrl
+        ctrl, words = self.ctrl, []
         ctrl[:, lay.CTRL_NEXT_WAIT] = next_wait  # before the post: the worker reads it after the step
-        ctrl[:, lay.CTRL_POST] = [  # protocol.post_word(seq + 1, sent, STEP), inlined: one list, one store
-            ((link.seq + 1) % SEQ_SPAN) << SEQ_SHIFT | (link.sent % SENT_SPAN) << SENT_SHIFT | _STEP for link in links
-        ]
-        for link in links:
-            link.seq += 1
+        for link in self.links:  # one pass per worker: its seq, what it owes, its word
+            link.seq = seq = link.seq + 1
             link.owes = AWAIT_DONE
+            words.append((seq % SEQ_SPAN) << SEQ_SHIFT | (link.sent % SENT_SPAN) << SENT_SHIFT | _STEP)  # post_word
+        ctrl[:, lay.CTRL_POST] = words  # one store for every worker's word, before any post
         for post in self.root_posts:
             post()
 
@@ -113,7 +112,7 @@ class StepTree:
         read after the pass. The caller holds Ctrl-C, so that no taken post is left uncounted.
         """
         links, late = self.links[:-1], []
-        for link, take in zip(links, self.done_takes):
+        for link, take in self.done_takes:
             try:
                 take(0)
             except posix_ipc.BusyError:

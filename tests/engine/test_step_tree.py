@@ -8,19 +8,78 @@ import os
 import signal
 import threading
 import time
+import types
 
 import numpy as np
+import posix_ipc
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, WorkerDiedError
-from shmvec.engine.step_tree import FANOUT, children_of
+from shmvec.engine.link import AWAIT_DONE, AWAIT_PAYLOAD, IDLE
+from shmvec.engine.step_tree import FANOUT, StepTree, children_of
+from shmvec.ipc import layout as lay
+from shmvec.ipc.protocol import Command, post_word
 from tests.envs import EndsAt, cartpole, make_any_space
 from tests.faulty import Boom, FaultyEnv
 from tests.helpers import assert_same, gone
 
 K = FANOUT + 4  # roots 0..FANOUT-1; worker 0 posts the rest
+
+
+class _Posts:
+    """A stand-in semaphore: counts its posts; ``take(0)`` takes one or raises BusyError."""
+
+    def __init__(self, name: str):
+        self.name, self.count, self.posted = name, 0, 0
+
+    def post(self) -> None:
+        self.count += 1
+        self.posted += 1
+
+    def take(self, timeout: float) -> None:
+        if not self.count:
+            raise posix_ipc.BusyError("busy")
+        self.count -= 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seqs_sents=st.lists(st.tuples(st.integers(0, 2**20), st.integers(0, 2**20)), min_size=FANOUT + 1, max_size=40),
+    next_wait=st.integers(0, 2),
+    answered=st.data(),
+)
+def test_the_tree_writes_each_workers_step_word_and_takes_the_answers_there(seqs_sents, next_wait, answered):
+    """Every worker's word is post_word(its next seq, its sent, STEP), written before any post; only
+    the roots are posted; the answers already posted are taken, the others (and the replies) stay owed."""
+    n = len(seqs_sents)
+    links = [
+        types.SimpleNamespace(index=k, seq=seq, sent=sent, owes=IDLE, cmd=_Posts(f"c{k}"), done=_Posts(f"d{k}"))
+        for k, (seq, sent) in enumerate(seqs_sents)
+    ]
+    ctrl = np.zeros((n, lay.CTRL_WIDTH), np.int64)
+    tree = StepTree(links, ctrl)
+    tree.post(next_wait)
+    assert ctrl[:, lay.CTRL_POST].tolist() == [post_word(seq + 1, sent, Command.STEP) for seq, sent in seqs_sents]
+    assert (ctrl[:, lay.CTRL_NEXT_WAIT] == next_wait).all()
+    assert [link.seq for link in links] == [seq + 1 for seq, _ in seqs_sents]
+    assert [link.cmd.posted for link in links] == [1] * FANOUT + [0] * (n - FANOUT)
+    assert all(link.owes == AWAIT_DONE for link in links)
+    done = answered.draw(st.lists(st.booleans(), min_size=n - 1, max_size=n - 1))
+    replying = answered.draw(st.lists(st.booleans(), min_size=n - 1, max_size=n - 1))
+    for link, posted, replies in zip(links, done, replying):
+        if posted:
+            link.done.post()
+            ctrl[link.index, lay.CTRL_STATUS] = int(replies)  # not OK: a reply follows on the pipe
+    owing = tree.take_answers()
+    expected = [k for k in range(n - 1) if done[k] and replying[k]] + [k for k in range(n - 1) if not done[k]]
+    assert [link.index for link in owing] == expected
+    for k in range(n - 1):
+        assert links[k].owes == (AWAIT_DONE if not done[k] else AWAIT_PAYLOAD if replying[k] else IDLE)
+        assert links[k].done.count == 0
 
 
 @pytest.mark.parametrize("n_workers", [1, FANOUT, FANOUT + 1, 2 * FANOUT, 80, 300])
