@@ -51,6 +51,8 @@ ONCE = (
     "tests/test_readme.py::test_docs_example_runs_as_a_script",
     "tests/test_readme.py::test_the_demo_runs_and_says_what_the_default_chose",
     "tests/test_readme.py::test_readme_example_runs_as_a_script",
+    "tests/adapters/test_agents_clients.py::test_the_pistonball_tutorial_trains_over_shmvec_and_saves",
+    "tests/adapters/test_agents_clients.py::test_the_cleanrl_loop_learns_to_beat_a_random_policy",
 )
 
 
