@@ -102,6 +102,7 @@ class AsyncBatches:
         terminated, truncated = pool.terminated[env_ids], pool.truncated[env_ids]  # copies
         if self.autoreset_mode == AutoresetMode.DISABLED:
             self._needs_reset[env_ids] = terminated | truncated
+            self._maybe_needs_reset = True
         rows = ((n, records[i]) for n, i in enumerate(env_ids.tolist()) if i in records)
         infos = add_record_infos({}, _BatchInfos(len(env_ids))._add_info, rows)
         infos["env_id"] = env_ids

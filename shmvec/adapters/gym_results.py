@@ -42,6 +42,8 @@ class GymResults:
     autoreset_mode: AutoresetMode
     num_envs: int
     _needs_reset: np.ndarray
+    _maybe_needs_reset: bool  # False: _needs_reset is all False (its count skipped)
+    _disabled: bool  # autoreset_mode is DISABLED
     _actions: Any  # GymActions
     _flat_action: np.ndarray | None  # the action rows of a space with one fixed-size leaf
     single_action_space: Space
@@ -76,7 +78,7 @@ class GymResults:
             write = pool.actions.write
             for path, part, column in columns:
                 write(path, part, column)
-            return self._step_outcome(pool.step_here(pickled or None, each))
+            return self._step_outcome(pool.step_here(pickled or None, each), pool.episode_ended)
         finally:
             self._clock.whole_step(entered, _perf_counter())
 
@@ -109,18 +111,24 @@ class GymResults:
             self._clock.whole_call(entered, _perf_counter())
 
     def _check_needs_reset(self) -> None:
-        if self.autoreset_mode is AutoresetMode.DISABLED and _count_nonzero(self._needs_reset):
+        if self._disabled and self._maybe_needs_reset and _count_nonzero(self._needs_reset):
             raise ResetNeededError(
                 f"autoreset_mode is DISABLED and the episodes of envs {np.flatnonzero(self._needs_reset).tolist()} "
                 "ended: reset them first with reset(options={'reset_mask': mask})"
             )
 
-    def _step_outcome(self, records: list) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """A step's results, from the rows and its ``records``."""
+    def _step_outcome(
+        self, records: list, episode_ended: bool = True
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """A step's results, from the rows and its ``records``. ``episode_ended`` False: no env's
+        episode ended in it (the in-process step knows), so every flag is False."""
         pool = self._pool
         terminated, truncated = pool.terminated.copy(), pool.truncated.copy()
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            self._needs_reset = terminated | truncated
+        if self._disabled:
+            if episode_ended:
+                self._needs_reset, self._maybe_needs_reset = terminated | truncated, True
+            else:  # the step ran, so none needed a reset before it, and none ended in it (~0.8 µs less)
+                self._maybe_needs_reset = False
         # records are sorted by env index, as SyncVectorEnv adds them; the rows' infos come as columns
         infos = add_step_infos({}, self._add_info, self.num_envs, records, pool.info_groups)
         return (*self._step_results(terminated, truncated), infos)

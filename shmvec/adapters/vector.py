@@ -174,6 +174,8 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
             self._actions = GymActions(self.single_action_space, self.action_space, self.num_envs, *leaves)
             # DISABLED mode: envs whose episode ended and that were not reset since.
             self._needs_reset = np.zeros(self.num_envs, dtype=np.bool_)
+            self._maybe_needs_reset = False  # False: _needs_reset is all False (set True where it may turn True)
+            self._disabled = self.autoreset_mode is AutoresetMode.DISABLED
             self._reset_mask: np.ndarray | None = None  # the pending reset's, between reset_async and reset_wait
             # no worker and results in numpy: steps are direct calls (see shmvec.engine.local_step)
             here = bool(getattr(pool, "all_here", False)) and self._device is None

@@ -40,6 +40,7 @@ class LocalStep:
     _final_obs: np.ndarray | None
     _final_flag: np.ndarray | None
     _obs_buffers: list
+    episode_ended = True  # after step_here: whether an env's episode ended in it (True: it may have)
 
     @property
     def all_here(self) -> bool:
@@ -63,6 +64,7 @@ class LocalStep:
         main, failure = self.main, None
         if main.finals_here is None:  # from now on, episode ends come back without their rows
             main.finals_here = []
+        main.episode_ended = self.episode_ended = False
         if actions is None:
             actions = main.read_actions(self.pickled.main_actions)
         timer = main.timer  # its clock reads are the envs' time (None: timings=False, nothing counts)
@@ -74,6 +76,7 @@ class LocalStep:
             self.clock.stepped(timer.took_ns(failure is not None) * 1e-9)
         if failure is not None:
             raise main_shard_error(failure)  # outside the except: the env's own exception, as step_wait raises it
+        self.episode_ended = main.episode_ended  # False: every env's flags are False (the adapters' shortcut)
         finals, main.wrote_final = main.wrote_final, False  # no final row written: no flag to look for
         # only the main shard writes info rows here: it knows whether this step wrote any
         records = self.step_records(main_infos, [], rows_infos=main.wrote_infos, finals=finals)

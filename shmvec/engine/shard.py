@@ -69,7 +69,7 @@ class Shard:
         self._write_info = info_writer.write if info_writer is not None else None
         self._info_code = arena_views[INFO_CODE]
         self._coded = False  # whether the last step wrote any info code (they must be cleared)
-        self.wrote_final = False  # a final observation went to its row since the pool last looked
+        self.wrote_final = self.episode_ended = False  # since the pool looked: a final obs in its row; an episode end
         # A list (set by the in-process step): the step's plain final observations, (env, copy), kept
         # here rather than written to their rows for the pool to find by its flags.
         self.finals_here: list[tuple[int, np.ndarray]] | None = None
@@ -215,6 +215,7 @@ class Shard:
     def _episode_end(self, j: int, obs: Any, info: dict) -> tuple[Any, StepInfo | None]:
         """Env ``start + j`` ended its episode: auto-reset it as the mode says; (its observation, record)."""
         i = self.start + j
+        self.episode_ended = True
         if not self._same_step:
             self.autoreset[j] = self._next_step
             return obs, (StepInfo(i, info) if info else None)
@@ -280,6 +281,7 @@ class Shard:
             self.terminated[i] = term
             self.truncated[i] = trunc
             if term or trunc:
+                self.episode_ended = True
                 if self._same_step:
                     final_obs, final_info = obs, info
                     obs, info = env.reset()

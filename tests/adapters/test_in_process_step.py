@@ -10,10 +10,13 @@ import signal
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
+from shmvec.errors import ResetNeededError
 
 
 class HandlerSeen(gym.Env):
@@ -216,3 +219,70 @@ def test_an_in_process_reset_is_one_direct_call(closing):
         assert timings.calls > 0 and timings.steps == 0
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+class EndsOnOne(gym.Env):
+    """Action 1 ends the episode (terminated), 0 goes on; the observation counts the steps."""
+
+    observation_space = gym.spaces.Box(0.0, 1e6, (1,), np.float64)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, float(self.t)), 1.0, bool(action), False, {}
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    moves=st.lists(
+        st.tuples(st.lists(st.integers(0, 1), min_size=3, max_size=3), st.booleans()), min_size=1, max_size=12
+    )
+)
+def test_disabled_mode_in_process_needs_a_reset_exactly_when_syncvectorenv_does(moves):
+    """DISABLED, every env here: a step after an episode end that was not reset raises (as SyncVectorEnv's
+    assert), results stay the reference's, and the step says whether an episode ended in it (the flag that
+    spares the adapter its array work on the steps where none did)."""
+    fns = [EndsOnOne] * 3
+    shm = ShmVectorEnv(fns, n_workers=0, autoreset_mode=AutoresetMode.DISABLED)
+    ref = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED)
+    try:
+        shm.reset(seed=0), ref.reset(seed=0)
+        for actions, reset_ended in moves:
+            actions = np.array(actions)
+            try:
+                expected = ref.step(actions)
+            except AssertionError:
+                with pytest.raises(ResetNeededError):
+                    shm.step(actions)
+                expected = None
+            if expected is not None:
+                got = shm.step(actions)
+                for g, e in zip(got[:4], expected[:4]):
+                    np.testing.assert_array_equal(g, e)
+                ended = expected[2] | expected[3]
+                assert shm._pool.episode_ended == bool(ended.any())
+                if reset_ended and ended.any():
+                    options = {"reset_mask": ended.copy()}
+                    np.testing.assert_array_equal(shm.reset(options=options)[0], ref.reset(options=options)[0])
+    finally:
+        shm.close()
+        ref.close()
+
+
+def test_disabled_mode_in_process_after_an_async_batch_that_ended_needs_a_reset(closing):
+    """An episode that ended in a recv (not a step) still needs its reset before the next step."""
+    envs = closing(ShmVectorEnv([EndsOnOne] * 2, n_workers=0, autoreset_mode=AutoresetMode.DISABLED))
+    envs.reset(seed=0)
+    envs.step(np.zeros(2, np.int64))  # no episode ended: the step's shortcut
+    envs.send(np.array([1, 0]), env_ids=[0, 1])
+    *_, terminated, _, _ = envs.recv()
+    assert terminated.tolist() == [True, False]
+    with pytest.raises(ResetNeededError, match=r"envs \[0\]"):
+        envs.step(np.zeros(2, np.int64))
+    envs.reset(options={"reset_mask": np.array([True, False])})
+    envs.step(np.zeros(2, np.int64))
