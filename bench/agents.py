@@ -204,7 +204,7 @@ def table(summary: dict[str, dict[str, dict]]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--envs", default=",".join(ENVS), help=f"comma-separated, of {', '.join(ENVS)}")
-    p.add_argument("--rounds", type=int, default=3, help="turns of every vector env per env (medians over them)")
+    p.add_argument("--rounds", type=int, default=None, help="turns of every vector env (medians over them; default 3)")
     p.add_argument("--steps", type=int, default=500, help="timed vector steps of bare stepping")
     p.add_argument("--warmup", type=int, default=50, help="vector steps before the timed ones")
     p.add_argument("--n-steps", type=int, default=128, help="PPO's n_steps (per slot)")
@@ -215,12 +215,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="torch.set_num_threads in every run (default: torch's; shmvec lowers it to 1 while the policy is light)",
     )
-    p.add_argument("--quick", action="store_true", help="one round, 100 steps, PPO rollouts of 32 steps")
+    p.add_argument(
+        "--quick", action="store_true", help="100 steps, PPO rollouts of 32 steps, one round unless --rounds"
+    )
     p.add_argument("--child-timeout", type=float, default=600.0, help=argparse.SUPPRESS)
     p.add_argument("--child", nargs=2, metavar=("ENV", "IMPL"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
-        args.rounds, args.steps, args.warmup, args.n_steps, args.rollouts = 1, 100, 10, 32, 2
+        args.steps, args.warmup, args.n_steps, args.rollouts = 100, 10, 32, 2
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
     args.envs = [e for e in args.envs.split(",") if e]
     unknown = [e for e in args.envs if e not in ENVS]
     if unknown:

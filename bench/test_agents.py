@@ -36,6 +36,7 @@ def test_the_table_gives_shmvecs_ratio_to_the_faster_supersuit():
 def test_rounds_rotate_the_order_and_unknown_envs_are_refused():
     assert [agents.rotated(agents.IMPLS, r)[0] for r in range(3)] == list(agents.IMPLS)
     args = agents.parse_args(["--quick", "--envs", "kaz,pursuit"])
-    assert (args.rounds, args.envs) == (1, ["kaz", "pursuit"])
+    assert (args.rounds, args.steps, args.envs) == (1, 100, ["kaz", "pursuit"])
+    assert agents.parse_args(["--quick", "--rounds", "3"]).rounds == 3 and agents.parse_args([]).rounds == 3
     with pytest.raises(SystemExit):
         agents.parse_args(["--envs", "simple_tag"])
