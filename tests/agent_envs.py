@@ -3,6 +3,8 @@ unpickling them import PettingZoo, not the test modules and SB3)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from gymnasium import spaces
 
@@ -75,3 +77,19 @@ class MixedSpacesEnv(DyingAgentsEnv):
 class DictObsEnv(DyingAgentsEnv):
     def observation_space(self, agent):
         return spaces.Dict({"x": spaces.Box(-1.0, 1.0, (2,), np.float32)})
+
+
+class AbsentAgentEnv(DyingAgentsEnv):
+    """The last of ``possible_agents`` is never in an episode: ``agents`` leaves it out at reset."""
+
+    def reset(self, seed=None, options=None):
+        observations, infos = super().reset(seed=seed, options=options)
+        self.agents = self.agents[:-1]
+        return {a: observations[a] for a in self.agents}, {a: infos[a] for a in self.agents}
+
+
+class PidAgentsEnv(DyingAgentsEnv):
+    """``pid()``: the process the copy runs in (restart tests kill it)."""
+
+    def pid(self):
+        return os.getpid()

@@ -9,6 +9,8 @@ reshapes copy rows into slot rows and copy infos into slot infos (Gymnasium's di
 
 from __future__ import annotations
 
+import numbers
+import secrets
 from typing import Any
 
 import numpy as np
@@ -67,7 +69,10 @@ class ShmAgentVectorEnv(VectorEnv):
     ``SAME_STEP``: the reset observations, with ``infos["final_obs"]``/``infos["final_info"]``
     per slot. ``DISABLED``: the final observations; reset the copy with
     ``reset(options={"reset_mask": terminations | truncations})``: a copy resets when all its
-    slots are in the mask.
+    slots are in the mask. When a copy's episode ends, each of its slots without a flag of its
+    own (an agent absent from the episode, every slot of a copy restarted after its worker
+    died) is flagged too: terminated if the copy's flagged agents all terminated, else
+    truncated, so ``terminations | truncations`` always covers whole copies.
 
     Agents that leave while their copy goes on (agent death): on the step an agent leaves, its
     slot returns its reward and flag, a zero observation and its last observation in
@@ -140,8 +145,13 @@ class ShmAgentVectorEnv(VectorEnv):
     def _reset_args(self, seed: Any, options: dict[str, Any] | None) -> tuple[list, dict | None, np.ndarray]:
         """The copies' seeds and options for a reset, and which copies it resets."""
         A = self.num_agents
+        if isinstance(seed, bool) or not isinstance(seed, (type(None), numbers.Integral, list, tuple, np.ndarray)):
+            raise TypeError(
+                f"seed must be None, an int or one seed per agent slot (num_envs={self.num_envs}), "
+                f"got {type(seed).__name__} {seed!r}"
+            )
         if seed is None and self._copied and not self._seeded:
-            seed = int(np.random.randint(0, np.iinfo(np.uint32).max, dtype=np.uint32))
+            seed = secrets.randbits(32)  # not the caller's np.random: SyncVectorEnv leaves it alone
         if seed is not None:
             self._seeded = True
         if seed is None or isinstance(seed, (int, np.integer)):
@@ -173,7 +183,7 @@ class ShmAgentVectorEnv(VectorEnv):
         rows, _, terminations, truncations, copy_infos = self._copies.step(copy_actions)
         if self.autoreset_mode is AutoresetMode.DISABLED:
             self._needs_reset = terminations | truncations
-        return self._slot_results(rows, copy_infos)
+        return self._slot_results(rows, copy_infos, terminations, truncations)
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Step the slots ``env_ids`` (whole copies, in order; default: those of the last :meth:`recv`)."""
@@ -194,23 +204,31 @@ class ShmAgentVectorEnv(VectorEnv):
         self._last_copies = copies
         if self.autoreset_mode is AutoresetMode.DISABLED:
             self._needs_reset[copies] = terminations | truncations
-        results = self._slot_results(rows, copy_infos)
+        results = self._slot_results(rows, copy_infos, terminations, truncations)
         results[-1]["env_id"] = (copies[:, None] * self.num_agents + np.arange(self.num_agents)).reshape(-1)
         return results
 
     def _copy_actions(self, actions: Any, n_copies: int) -> np.ndarray:
         """One action per slot, ``(n_copies * A, *action_shape)``, as the copies' ``(n_copies, A, ...)``."""
         actions = np.asarray(actions)
-        if actions.ndim == 0 or actions.shape[0] != n_copies * self.num_agents:
+        expected = (n_copies * self.num_agents, *self.single_action_space.shape)
+        if actions.shape != expected:
             raise InvalidActionError(
-                f"expected one action per agent slot ({n_copies} copies x {self.num_agents} agents = "
-                f"{n_copies * self.num_agents}), got an array of shape {actions.shape}"
+                f"expected actions of shape {expected}, one per agent slot ({n_copies} copies x "
+                f"{self.num_agents} agents = {expected[0]}, action space {self.single_action_space}), "
+                f"got shape {actions.shape}"
             )
         return actions.reshape(n_copies, self.num_agents, *actions.shape[1:])
 
     def _copies_of_slots(self, env_ids: Any) -> np.ndarray:
         ids = np.asarray(env_ids, np.int64).reshape(-1)
         A = self.num_agents
+        outside = ids[(ids < 0) | (ids >= self.num_envs)]
+        if len(outside):
+            raise IndexError(
+                f"env_ids are agent slots in [0, {self.num_envs}) (num_envs={self.num_envs}: {self.num_copies} "
+                f"copies x {A} agents), got slots {outside.tolist()}"
+            )
         copies = ids[::A] // A
         if len(ids) % A or not np.array_equal(ids, (copies[:, None] * A + np.arange(A)).reshape(-1)):
             raise InvalidActionError(f"env_ids must list whole copies' slots ({A} agents each) in order, got {ids}")
@@ -227,8 +245,15 @@ class ShmAgentVectorEnv(VectorEnv):
 
     # -- copy rows and infos as slots -----------------------------------------------
 
-    def _slot_results(self, rows: dict[str, np.ndarray], copy_infos: dict[str, Any]) -> tuple:
-        """``(obs, rewards, terminations, truncations, infos)`` of the slots of copy rows ``(P, A, ...)``."""
+    def _slot_results(
+        self,
+        rows: dict[str, np.ndarray],
+        copy_infos: dict[str, Any],
+        copy_terminations: np.ndarray | None = None,
+        copy_truncations: np.ndarray | None = None,
+    ) -> tuple:
+        """``(obs, rewards, terminations, truncations, infos)`` of the slots of copy rows ``(P, A, ...)``,
+        and of the copies' own flags (a step's; none at a reset)."""
         A = self.num_agents
         n = rows["rewards"].size
         obs = rows["obs"].reshape(n, *self.single_observation_space.shape)
@@ -247,6 +272,8 @@ class ShmAgentVectorEnv(VectorEnv):
                 terminations[part] = final["terminated"].astype(bool)
                 truncations[part] = final["truncated"].astype(bool)
             slot_infos[p] = agent_infos(copy_info, A)
+        if copy_terminations is not None:
+            flag_whole_copies(terminations, truncations, copy_terminations, copy_truncations, A)
         infos: dict[str, Any] = {}
         add_info = _SlotRows(n)._add_info
         for p in sorted(slot_infos):
@@ -308,6 +335,33 @@ class ShmAgentVectorEnv(VectorEnv):
     def __del__(self) -> None:
         # An unclosed env is left to the copies' pool finalizer, which releases everything and warns.
         pass
+
+
+def flag_whole_copies(
+    terminations: np.ndarray,
+    truncations: np.ndarray,
+    copy_terminations: np.ndarray,
+    copy_truncations: np.ndarray,
+    num_agents: int,
+) -> None:
+    """Flag, in place, each slot of an ended copy that has no flag of its own: an agent absent from
+    the episode, or every slot of a copy restarted (its rows are the fresh reset's, its flag the
+    copy's truncation). Terminated if the copy's flagged slots all terminated, else truncated; so
+    ``terminations | truncations`` covers whole copies, as DISABLED's reset recipe needs."""
+    ended = np.flatnonzero(np.asarray(copy_terminations) | np.asarray(copy_truncations))
+    if not len(ended):
+        return
+    slot_terminations = terminations.reshape(-1, num_agents)  # views: the writes land in the slot arrays
+    slot_truncations = truncations.reshape(-1, num_agents)
+    for c in ended.tolist():
+        terminated, truncated = slot_terminations[c], slot_truncations[c]
+        unflagged = ~(terminated | truncated)
+        if not unflagged.any():
+            continue
+        if copy_terminations[c] or (terminated.any() and not truncated.any()):
+            terminated |= unflagged
+        else:
+            truncated |= unflagged
 
 
 def info_row(infos: dict[Any, Any], row: int) -> dict[Any, Any]:

@@ -4,6 +4,10 @@ actions, bit-identical observations, rewards, flags, masks and infos."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -12,7 +16,8 @@ pytest.importorskip("pettingzoo")
 
 from shmvec import ShmAgentVectorEnv  # noqa: E402
 from shmvec.errors import InvalidActionError, ResetNeededError, SpaceMismatchError  # noqa: E402
-from tests.agent_envs import DyingAgentsEnv, MixedSpacesEnv  # noqa: E402
+from tests.agent_envs import AbsentAgentEnv, DyingAgentsEnv, MixedSpacesEnv, PidAgentsEnv  # noqa: E402
+from tests.helpers import gone  # noqa: E402
 
 
 class RowInfos:
@@ -267,3 +272,86 @@ def test_async_batches_of_copies_equal_the_reference(mode):
             expected[copy] = reference.batch([reference.step_copy(copy, actions)])
         for _ in range(len(expected)):  # drain what is still in flight before closing
             envs.recv()
+
+
+MODES = pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.name)
+
+
+@MODES
+def test_a_restarted_copy_ends_the_episode_of_each_of_its_slots(closing, mode):
+    """A worker killed mid-episode: its copy's slots report truncated (the copy's own flag), so a
+    learner does not bootstrap across the restart and DISABLED's reset recipe resets the copy."""
+    envs = closing(
+        ShmAgentVectorEnv(
+            PidAgentsEnv(n_agents=2, max_steps=50), 2, n_workers=2, autoreset_mode=mode, on_worker_failure="restart"
+        )
+    )
+    actions = np.zeros(envs.num_envs, np.int64)
+    envs.reset(seed=0)
+    envs.step(actions)
+    pid = envs.call("pid")[2]  # copy 1's worker
+    assert pid != envs.call("pid")[0]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with pytest.warns(RuntimeWarning, match="restarting"):
+        _, rewards, terminations, truncations, infos = envs.step(actions)
+    assert infos["_shmvec_restarted"].tolist() == [False, False, True, True]
+    assert truncations.tolist() == [False, False, True, True] and not terminations.any()
+    if mode is AutoresetMode.DISABLED:
+        with pytest.raises(ResetNeededError, match=r"copies \[1\]"):
+            envs.step(actions)
+        _, infos = envs.reset(options={"reset_mask": terminations | truncations})
+        assert infos["mask"].all()
+    _, _, terminations, truncations, _ = envs.step(actions)
+    assert not (terminations | truncations).any()
+
+
+@MODES
+@pytest.mark.parametrize(("lifetimes", "flag"), [((2, 2), "terminated"), ((), "truncated")])
+def test_an_agent_absent_from_the_episode_gets_its_copys_flag_when_the_copy_ends(mode, lifetimes, flag):
+    """The last agent is never in the episode: when the others all end, its slot is flagged too
+    (terminated when they all terminated, else truncated), so terminations | truncations covers
+    whole copies and DISABLED's reset recipe resets them."""
+    env = AbsentAgentEnv(n_agents=3, lifetimes=lifetimes, max_steps=2)
+    with ShmAgentVectorEnv(env, 2, n_workers=0, autoreset_mode=mode) as envs:
+        actions = np.zeros(envs.num_envs, np.int64)
+        _, infos = envs.reset(seed=0)
+        assert infos["mask"].tolist() == [True, True, False] * 2
+        _, _, terminations, truncations, _ = envs.step(actions)
+        assert not (terminations | truncations).any()  # mid-episode an absent agent has no flag
+        _, _, terminations, truncations, infos = envs.step(actions)  # every agent in it ends: the copies end
+        flagged, other = (terminations, truncations) if flag == "terminated" else (truncations, terminations)
+        assert flagged.all() and not other.any()
+        if mode is AutoresetMode.DISABLED:
+            _, infos = envs.reset(options={"reset_mask": terminations | truncations})
+            assert infos["mask"].tolist() == [True, True, False] * 2
+        _, _, terminations, truncations, _ = envs.step(actions)
+        assert not (terminations | truncations).any()
+
+
+def test_the_first_unseeded_reset_leaves_the_callers_global_rng_alone():
+    state = np.random.get_state()
+    try:
+        np.random.seed(0)
+        expected = np.random.random()
+        np.random.seed(0)
+        with ShmAgentVectorEnv(DyingAgentsEnv(n_agents=2), 2, n_workers=0) as envs:
+            envs.reset()
+        assert np.random.random() == expected
+    finally:
+        np.random.set_state(state)
+
+
+def test_bad_slot_ids_seeds_and_action_shapes_are_clear_errors():
+    with ShmAgentVectorEnv(DyingAgentsEnv(n_agents=3), 4, n_workers=0) as envs:
+        envs.reset(seed=0)
+        for env_ids in ([12, 13, 14], [-3, -2, -1]):
+            with pytest.raises(IndexError, match=r"slots .*num_envs=12"):
+                envs.send(np.zeros(3, np.int64), env_ids=env_ids)
+        with pytest.raises(TypeError, match=r"seed must be None, an int or one seed per agent slot .*got bool True"):
+            envs.reset(seed=True)
+        with pytest.raises(InvalidActionError, match=r"shape \(12,\), one per agent slot .*got shape \(12, 1\)"):
+            envs.step(np.zeros((12, 1), np.int64))
+        envs.step(np.zeros(12, np.int64))  # nothing above changed the envs
