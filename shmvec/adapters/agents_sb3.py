@@ -10,6 +10,7 @@ only reshapes copy rows into slot rows and turns per-copy episode ends into per-
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,7 +54,10 @@ class ShmAgentVecEnv(VecEnv):
     An agent that leaves earlier (agent death) returns its own ``done``, ``terminal_observation``
     and reward; then, until its copy resets, its slot returns a zero observation, reward 0,
     ``done=False`` and ``mask`` False (:attr:`mask`: which slots act), and ``done=True`` again
-    when its copy ends. Its actions are ignored meanwhile.
+    when its copy ends. Its actions are ignored meanwhile. A copy restarted after its worker
+    died (``on_worker_failure="restart"``): each of its slots returns the reset observation,
+    reward 0, ``done=True`` and ShmPoolVecEnv's info for a restarted env,
+    ``{"shmvec_restarted": True, "TimeLimit.truncated": True}``, without ``terminal_observation``.
     """
 
     def __init__(self, env: Any, num_copies: int, n_workers: int | None = None, **pool_options: Any):
@@ -91,7 +95,10 @@ class ShmAgentVecEnv(VecEnv):
         obs, rewards, terminated, truncated, mask = self._slot_rows(rows)
         ended = np.flatnonzero(copy_dones).tolist()
         for c in ended:  # the rows hold the reset; the step's own rewards and flags came with its final obs
-            final, part = copy_infos[c]["terminal_observation"], slice(c * self.num_agents, (c + 1) * self.num_agents)
+            final = copy_infos[c].get("terminal_observation")
+            if final is None:  # restarted after its worker died: the step's values died with it (reward 0)
+                continue
+            part = slice(c * self.num_agents, (c + 1) * self.num_agents)
             rewards[part] = final["rewards"]
             terminated[part] = final["terminated"]
             truncated[part] = final["truncated"]
@@ -132,16 +139,19 @@ class ShmAgentVecEnv(VecEnv):
         for a, last_obs in copy_info.get(LEFT_AGENT_OBS, {}).items():
             infos[first + a]["terminal_observation"] = last_obs
         if ended:
-            final_obs = copy_info["terminal_observation"]["obs"]
+            final = copy_info.get("terminal_observation")
             reset_agent_infos = self._slots.reset_infos[c].get(AGENT_INFOS) or ({},) * self.num_agents
             for a in range(self.num_agents):
-                infos[first + a]["terminal_observation"] = final_obs[a]
+                if final is None:  # restarted: each slot gets ShmPoolVecEnv's info for it, no terminal_observation
+                    infos[first + a] = dict(copy_info)
+                else:
+                    infos[first + a]["terminal_observation"] = final["obs"][a]
                 self.reset_infos[first + a] = dict(reset_agent_infos[a])
 
     def reset(self) -> VecEnvObs:
         if self._copied and not self._seeded:
             # Copies of one instance share its random state: unseeded, every copy would play the same episodes.
-            self.seed(int(np.random.randint(0, np.iinfo(np.uint32).max, dtype=np.uint32)))
+            self.seed(secrets.randbits(32))  # not the caller's np.random: DummyVecEnv leaves it alone
         rows = self._slots.reset()
         infos = self._slots.reset_infos
         self.reset_infos = [

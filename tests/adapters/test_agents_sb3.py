@@ -4,6 +4,9 @@ close, the errors that name their fix, and PPO learning on it."""
 from __future__ import annotations
 
 import functools
+import os
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -12,7 +15,8 @@ pytest.importorskip("pettingzoo")
 
 from shmvec.adapters.agents_sb3 import ShmAgentVecEnv, concat_vec_envs_v1  # noqa: E402
 from shmvec.errors import InvalidActionError, SpaceMismatchError, UnsupportedSpaceError  # noqa: E402
-from tests.agent_envs import DictObsEnv, DyingAgentsEnv, MixedSpacesEnv  # noqa: E402
+from tests.agent_envs import DictObsEnv, DyingAgentsEnv, MixedSpacesEnv, PidAgentsEnv  # noqa: E402
+from tests.helpers import gone  # noqa: E402
 
 
 def test_seed_gives_each_copy_its_own_seed_and_each_slot_its_copys(closing):
@@ -31,6 +35,46 @@ def test_options_go_to_each_copys_reset(closing):
     env.set_options([{"start": 1}, {"start": 9}, {"start": 2}, {"start": 9}])
     env.reset()
     assert env.reset_infos == [{"start": 1}] * 2 + [{"start": 2}] * 2
+
+
+def test_a_restarted_copy_ends_the_episode_of_each_of_its_slots(closing):
+    """A worker killed mid-episode: each slot of its copy gets what ShmPoolVecEnv gives a restarted
+    env (done, truncated, no terminal_observation: it died with the worker), and stepping goes on."""
+    env = closing(ShmAgentVecEnv(PidAgentsEnv(n_agents=2, max_steps=50), 2, n_workers=2, on_worker_failure="restart"))
+    actions = np.zeros(env.num_envs, np.int64)
+    env.seed(0)
+    env.reset()
+    env.step(actions)
+    pids = env.env_method("pid")
+    assert pids[2] != pids[0]
+    os.kill(pids[2], signal.SIGKILL)  # copy 1's worker
+    deadline = time.monotonic() + 10
+    while not gone(pids[2]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with pytest.warns(RuntimeWarning, match="restarting"):
+        _, rewards, dones, infos = env.step(actions)
+    assert dones.tolist() == [False, False, True, True]
+    assert rewards[2:].tolist() == [0, 0]
+    for info in infos[2:]:
+        assert info["shmvec_restarted"] is True and info["TimeLimit.truncated"] is True
+        assert "terminal_observation" not in info
+    assert env.reset_infos[2:] == [{"start": 0}] * 2  # the restarted copy's reset infos, per slot
+    assert env.mask.all()
+    _, _, dones, infos = env.step(actions)
+    assert not dones.any() and not any(info.get("shmvec_restarted") for info in infos)
+
+
+def test_the_first_unseeded_reset_leaves_the_callers_global_rng_alone(closing):
+    state = np.random.get_state()
+    try:
+        np.random.seed(0)
+        expected = np.random.random()
+        np.random.seed(0)
+        env = closing(ShmAgentVecEnv(DyingAgentsEnv(n_agents=2), 2, n_workers=0))
+        env.reset()
+        assert np.random.random() == expected
+    finally:
+        np.random.set_state(state)
 
 
 def test_calls_by_slot_run_once_per_copy(closing):
