@@ -12,14 +12,13 @@ environment), which builds the env, turns off what it would record outside the p
 (:func:`~shmvec.planning.env_timing.time_env_and_machine`), closes it and exits. An explicit
 ``n_workers`` skips all of it.
 
-Where it is safe, the timing process is forked from the caller instead (:func:`fork_is_safe`): a
-copy of a process that already imported the env's libraries needs no import (a
-``make_vec_env`` factory imports SB3 and torch: ~1 s a process, and RL Zoo makes two pools),
-and a copy has all the script's set-up already. It is safe when no other Python thread runs
-(one could hold a lock the copy needs), torch has not started CUDA (a copy cannot use it),
-and workers run one OpenMP thread (GNU OpenMP's pool, copied from a caller that used it,
-hangs the first parallel region in the copy: the copy limits its threads before anything
-runs). Under ``start_method="spawn"`` it is started as the workers are.
+Where :func:`fork_is_safe`, it is a fork of the caller instead: a copy needs no import (a
+``make_vec_env`` factory imports SB3 and torch: ~1 s a process; RL Zoo makes two pools) and has
+the script's set-up. Safe: no other Python thread (one could hold a lock the copy needs), no
+CUDA started by torch, no library of :data:`FORK_UNSAFE_MODULES`, workers on one OpenMP thread
+(GNU OpenMP's pool, copied from a caller that used it, hangs a parallel region in the copy: the
+copy limits its threads first and keeps torch on one). The copy drops the caller's signal
+wake-up fd (asyncio's loop would run the caller's handler of a signal sent to the copy).
 
 The process ends with the caller's need of it: a watchdog thread sees the main process die
 (SIGKILL, the out-of-memory killer) within :data:`PARENT_CHECK_INTERVAL`; then, as when the
@@ -45,18 +44,20 @@ process's KeyboardInterrupt stops them, as above.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import gc
 import multiprocessing as mp
 import os
 import pickle
+import re
 import signal
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cloudpickle
@@ -77,6 +78,9 @@ ORPHAN_GRACE = 0.5  # seconds an orphaned timing process gives its env to close 
 DESCENDANT_GRACE = 1.0  # seconds what the env started and did not end has, after SIGTERM, before SIGKILL
 KILL_ROUNDS_TIMEOUT = 2.0  # seconds kill_tree keeps killing what keeps appearing (forks racing the kill)
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+# Imported, they may have started threads of their own that a fork copies in a state it cannot use
+# (JAX warns of a deadlock at any fork; CUDA cannot be used in a fork): the timing process is then started.
+FORK_UNSAFE_MODULES = ("jax", "tensorflow", "cupy", "numba")
 
 
 class TimingFailed(RuntimeError):
@@ -93,12 +97,30 @@ def fork_is_safe(start_method: str, worker_threads: int | None) -> bool:
     """Whether the timing process may be a fork of this process (see the module's docstring)."""
     if start_method == "spawn" or worker_threads != 1 or threading.active_count() != 1:
         return False
+    if any(name in sys.modules for name in FORK_UNSAFE_MODULES):
+        return False
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None)
     try:
         return not (cuda is not None and cuda.is_initialized())
     except Exception:
         return False  # a torch stand-in or a broken install: do not guess
+
+
+@contextlib.contextmanager
+def _no_fork_warning() -> Iterator[None]:
+    """Python >= 3.12 warns of a fork in a process with threads (BLAS's and OpenMP's count, and
+    fork_is_safe has dealt with them): an ignore filter for that warning alone, for the fork.
+    The filter list is changed in place, not through ``warnings.filterwarnings`` or
+    ``catch_warnings``, whose ``_filters_mutated()`` would empty every module's record of the
+    warnings it showed, and the caller would see them again."""
+    entry = ("ignore", re.compile(r"This process \(pid=\d+\) is multi-threaded"), DeprecationWarning, None, 0)
+    warnings.filters.insert(0, entry)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            warnings.filters.remove(entry)
 
 
 def time_in_process(
@@ -116,10 +138,7 @@ def time_in_process(
     env_fn_blob = None if forked else cloudpickle.dumps(env_fn)  # a fork has it already
     args = (sender, start.setup, env_fn_blob, start.worker_threads, os.getpid(), env_fn if forked else None)
     process = ctx.Process(target=_time_here, args=args, daemon=True, name=prefix + TIMING_PROCESS)
-    with warnings.catch_warnings():  # the only Python thread: nobody else's filters change meanwhile
-        # Python >= 3.12 warns of a fork in a process with threads: BLAS's and OpenMP's count,
-        # and fork_is_safe has dealt with them.
-        warnings.simplefilter("ignore", DeprecationWarning)
+    with _no_fork_warning() if forked else contextlib.nullcontext():
         process.start()
     sender.close()
     answered = False
@@ -188,8 +207,10 @@ def _time_here(
     global _stop_armed
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     if env_fn is not None:  # a fork: before anything can run a parallel region (worker_init, the env)
+        signal.set_wakeup_fd(-1)  # the caller's (asyncio's loop): a signal here must not reach its handlers
         gc.disable()  # the caller's garbage (a pool never closed) is the caller's to finalize, not a copy's
         limit_threads(n_threads)
+        _keep_torch_on_one_thread()
     _adopt_what_the_env_starts()  # before anything here can start a process
     signal.signal(signal.SIGTERM, _stop)
     _start_orphan_watchdog(main_pid)
@@ -213,6 +234,15 @@ def _time_here(
         pass  # nobody is listening any more
     finally:
         sender.close()
+
+
+def _keep_torch_on_one_thread() -> None:
+    """In a fork: torch stays on the one thread limit_threads gave it. A ``worker_init`` or an env
+    that raised it would run its next parallel region on GNU OpenMP's pool copied from the caller,
+    whose threads do not exist here: it would wait for them until the timing's timeout."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        torch.set_num_threads = lambda n: None
 
 
 def _time_quietly(env_fn: Callable[[], Any]) -> tuple:

@@ -1,11 +1,14 @@
-"""The default's timing process is a fork of the caller where that is safe (:func:`shmvec.engine.timing_run.fork_is_safe`).
+"""The default's timing process is a fork of the caller where that is safe (``timing_run.fork_is_safe``).
 
 - A fork sees what the caller set up at run time (no import, no set-up to carry); spawn does not.
 - It is not a fork with another Python thread running, under spawn, with workers on more
   (or unlimited) OpenMP threads, or with torch's CUDA started; generated caller states
   say the same.
-- A caller that used torch's OpenMP threads forks a copy whose ``worker_init`` and env run torch
-  ops: the copy limits its threads first and does not hang (GNU OpenMP's copied pool would).
+- A caller that used torch's OpenMP threads forks a copy whose ``worker_init`` raises torch's
+  threads and runs torch ops, as its env does: the copy limits its threads first, keeps torch on
+  one, and does not hang (GNU OpenMP's copied pool would).
+- An asyncio caller's own SIGTERM handler does not run when the copy is told to stop.
+- A warning the caller was shown once is not shown again after a pool.
 - The caller gets no warning of a fork in a process with threads (Python >= 3.12 gives one).
 - The caller's garbage is not finalized in the copy.
 """
@@ -92,15 +95,23 @@ def test_with_another_thread_running_the_timing_process_is_not_a_fork(tmp_path, 
         thread.join()
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])  # patched in a context per example
+@settings(
+    max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # patched in a context per example
 @given(
     start_method=st.sampled_from(["fork", "forkserver", "spawn"]),
     worker_threads=st.one_of(st.none(), st.integers(1, 4)),
     threads=st.integers(0, 2),
     torch_state=st.sampled_from(["absent", "cpu", "cuda", "broken"]),
+    unsafe=st.sampled_from([None, *timing_run.FORK_UNSAFE_MODULES]),
 )
-def test_a_fork_only_where_it_is_safe(monkeypatch, start_method, worker_threads, threads, torch_state):
+def test_a_fork_only_where_it_is_safe(monkeypatch, start_method, worker_threads, threads, torch_state, unsafe):
     with monkeypatch.context() as patch:
+        for name in timing_run.FORK_UNSAFE_MODULES:
+            if name == unsafe:
+                patch.setitem(sys.modules, name, types.ModuleType(name))
+            else:
+                patch.delitem(sys.modules, name, raising=False)
         if torch_state != "absent":
             stand_in = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: torch_state == "cuda"))
             if torch_state == "broken":
@@ -118,7 +129,13 @@ def test_a_fork_only_where_it_is_safe(monkeypatch, start_method, worker_threads,
             release.set()
             for thread in started:
                 thread.join()
-    expected = start_method != "spawn" and worker_threads == 1 and threads == 0 and torch_state in ("absent", "cpu")
+    expected = (
+        start_method != "spawn"
+        and worker_threads == 1
+        and threads == 0
+        and torch_state in ("absent", "cpu")
+        and not unsafe
+    )
     assert safe == expected
 
 
@@ -133,11 +150,11 @@ TORCH_CALLER = """
     timing_run.TIMING_TIMEOUT = 20.0  # a hung copy fails the timing (the plan then says so) well within the test's time
 
     def torch_ops():
+        torch.set_num_threads(2)  # as a worker_init may: the copy must stay on one thread all the same
         x = torch.randn(512, 512)
         for _ in range(5):
             (x @ x).relu().sum()
 
-    torch.set_num_threads(2)
     torch_ops()  # GNU OpenMP's pool now exists in the caller
     with ShmVectorEnv([TorchEnv] * 2, worker_init=torch_ops) as envs:  # the copy runs worker_init first
         print(repr(envs))
@@ -198,3 +215,58 @@ def test_the_callers_garbage_is_not_finalized_in_the_copy(tmp_path):
         assert "why='auto: " in repr(envs)
     finalized_by = {int(pid) for pid in path.read_text().split()} if path.exists() else set()
     assert finalized_by <= {os.getpid()}, f"finalized in the timing process too: {finalized_by}"
+
+
+ASYNCIO_CALLER = """
+    import asyncio, functools, signal, sys
+    sys.path.insert(0, {repo!r})
+    from shmvec import ShmVectorEnv
+    from shmvec.engine import timing_run
+    from tests.recording_envs import SlowEnv
+
+    timing_run.TIMING_TIMEOUT = 1.0  # the env takes 3 s to build: the copy is told to stop (SIGTERM)
+    timing_run.CLOSE_GRACE = 1.0
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, lambda: print("the caller's SIGTERM handler ran", flush=True))
+        envs = ShmVectorEnv([functools.partial(SlowEnv, {folder!r}, 3.0, 0.0)] * 2)
+        envs.close()
+        await asyncio.sleep(0.5)  # the loop reads its wake-up fd
+        print("done", flush=True)
+
+    asyncio.run(main())
+"""
+
+
+def test_a_signal_sent_to_the_copy_does_not_reach_an_asyncio_callers_handler(tmp_path):
+    script = tmp_path / "caller.py"
+    script.write_text(textwrap.dedent(ASYNCIO_CALLER.format(repo=REPO, folder=str(tmp_path))))
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "done" in done.stdout and "SIGTERM handler ran" not in done.stdout, done.stdout
+
+
+WARNED_CALLER = """
+    import sys, warnings
+    sys.path.insert(0, {repo!r})
+    from shmvec import ShmVectorEnv
+    from tests.envs import cartpole
+
+    def deprecated():
+        warnings.warn("shown once per location", UserWarning)
+
+    for _ in range(3):
+        deprecated()
+        with ShmVectorEnv([cartpole] * 2) as envs:
+            assert "why='auto: " in repr(envs), repr(envs)
+    deprecated()
+"""
+
+
+def test_a_warning_shown_once_is_not_shown_again_after_a_pool(tmp_path):
+    script = tmp_path / "caller.py"
+    script.write_text(textwrap.dedent(WARNED_CALLER.format(repo=REPO)))
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("UserWarning: shown once per location") == 1, done.stderr
