@@ -9,8 +9,8 @@ name           what                                    processes
 =============  ======================================  =========================
 ``shm_sb3``    ``shmvec.ShmPoolVecEnv``                K workers
 ``shm_gym``    ``shmvec.ShmVectorEnv``                 K workers
-``shm_sb3_main`` ``ShmPoolVecEnv(main_shard=True)``    main + K-1 workers
-``shm_gym_main`` ``ShmVectorEnv(main_shard=True)``     main + K-1 workers
+``shm_sb3_main`` ``ShmPoolVecEnv(use_main_process=True)``    main + K-1 workers
+``shm_gym_main`` ``ShmVectorEnv(use_main_process=True)``     main + K-1 workers
 ``shm_sb3_auto`` ``ShmPoolVecEnv(env_fns)`` (default)  chosen at start-up
 ``shm_gym_auto`` ``ShmVectorEnv(env_fns)`` (default)   chosen at start-up
 ``dummy``      SB3 ``DummyVecEnv``                     none (in-process)
@@ -95,13 +95,13 @@ def _shm_sb3_main(env_fns, k):
     from shmvec import ShmPoolVecEnv
 
     # K shards in parallel: the main process steps one of them, K-1 workers the rest.
-    return None if env_fns is None else ShmPoolVecEnv(env_fns, n_workers=(k or 1) - 1, main_shard=True)
+    return None if env_fns is None else ShmPoolVecEnv(env_fns, n_workers=(k or 1) - 1, use_main_process=True)
 
 
 def _shm_gym_main(env_fns, k):
     from shmvec import ShmVectorEnv
 
-    return None if env_fns is None else ShmVectorEnv(env_fns, n_workers=(k or 1) - 1, main_shard=True)
+    return None if env_fns is None else ShmVectorEnv(env_fns, n_workers=(k or 1) - 1, use_main_process=True)
 
 
 def _shm_sb3_auto(env_fns, k):

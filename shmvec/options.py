@@ -6,6 +6,7 @@ import dataclasses
 import multiprocessing as mp
 import numbers
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,10 +34,10 @@ class PoolOptions:
             wait (their step is little CPU) get more workers than cores. The choice is
             logged (logger ``"shmvec"``) and shown by ``repr()``. An int gives exactly
             that many worker processes; ``0``, none: every env steps in this process
-            (``main_shard`` is implied). Envs are split into contiguous shards whose
+            (``use_main_process`` is implied). Envs are split into contiguous shards whose
             sizes differ by at most one. Isolation (one env per process, none in the
             main process, for native libraries that allow one instance per process) is
-            guaranteed only by ``n_workers=num_envs`` with ``main_shard`` unset.
+            guaranteed only by ``n_workers=num_envs`` with ``use_main_process`` unset.
         start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default forkserver where
             available (as SB3). Under forkserver and spawn a worker does not import the main
             script (:mod:`~shmvec.processes.lean_start`) unless ``import_main=True``; what the
@@ -49,7 +50,7 @@ class PoolOptions:
             what a worker cannot take from the script without running it (a monkeypatch,
             a library's import-time setting, torch's default dtype). Not run in the main
             process (envs there see the script itself). With ``n_workers=None`` and
-            ``main_shard`` unset, a pool that has it (or ``import_main``) may mix envs in
+            ``use_main_process`` unset, a pool that has it (or ``import_main``) may mix envs in
             the main process and in workers; one without it does so only where the script
             has nothing workers would miss (:mod:`~shmvec.processes.script_check`).
         import_main: workers import the main script (as ``__mp_main__``, skipping its
@@ -66,11 +67,12 @@ class PoolOptions:
             waits outgrow it); while every busy process has a core, waits the pool can
             predict may spin longer (up to 2 ms, see :mod:`shmvec.planning.plan`). ``0``
             always blocks.
-        main_shard: the main process steps one more shard itself (the last one) while the
+        use_main_process: the main process steps some envs itself (the last ones) while the
             workers step theirs. Fastest for light envs, as no wake-up sits on the critical
             path, but those envs share the main process: a crash there is not isolated.
             ``None`` (default): chosen with ``n_workers=None``, implied by ``n_workers=0``
-            (``False`` with it is a ``ValueError``), no main shard with ``n_workers`` >= 1.
+            (``False`` with it is a ``ValueError``), ``False`` with ``n_workers`` >= 1.
+            (Its former name ``main_shard`` still works, with a ``DeprecationWarning``.)
         on_worker_failure: ``"raise"`` (default): a worker process that dies (exit, signal)
             raises :class:`~shmvec.errors.WorkerDiedError` and the pool is unusable.
             ``"restart"``: during a step, the worker is re-created from its envs' env_fns
@@ -121,7 +123,7 @@ class PoolOptions:
     timeout: float | None = None
     worker_threads: int | None = 1
     max_spin: float = DEFAULT_SPIN
-    main_shard: bool | None = None
+    use_main_process: bool | None = None
     on_worker_failure: Literal["raise", "restart"] = "raise"
     max_restarts: int = 3
     backend: Literal["local", "ray"] = "local"
@@ -138,12 +140,12 @@ class PoolOptions:
         if isinstance(self.timings, np.bool_):
             object.__setattr__(self, "timings", bool(self.timings))
         if self.n_workers == 0:  # every env in this process: the main process steps them
-            if self.main_shard is not None and not self.main_shard:
+            if self.use_main_process is not None and not self.use_main_process:
                 raise ValueError(
-                    "n_workers=0 puts every env in this process, stepped by it as its main shard: "
-                    "main_shard=False leaves nothing to step them; pass n_workers >= 1 for worker processes"
+                    "n_workers=0 puts every env in this process: "
+                    "use_main_process=False leaves nothing to step them; pass n_workers >= 1 for worker processes"
                 )
-            object.__setattr__(self, "main_shard", True)
+            object.__setattr__(self, "use_main_process", True)
         if self.start_method is None:  # only None means "the default": "" is a typo, as for mp.get_context
             object.__setattr__(self, "start_method", default_start_method())
         mp.get_context(self.start_method)  # ValueError: cannot find context for 'illegal_method'
@@ -157,8 +159,8 @@ class PoolOptions:
             raise ValueError(f'on_worker_failure must be "raise" or "restart", got {self.on_worker_failure!r}')
         if not _is_int(self.max_restarts, lowest=0):
             raise ValueError(f"max_restarts must be an int >= 0, got {self.max_restarts!r}")
-        if self.main_shard is not None:
-            object.__setattr__(self, "main_shard", bool(self.main_shard))
+        if self.use_main_process is not None:
+            object.__setattr__(self, "use_main_process", bool(self.use_main_process))
         if self.backend not in ("local", "ray"):
             raise ValueError(f'backend must be "local" or "ray", got {self.backend!r}')
         if self.n_nodes is not None and not _is_int(self.n_nodes, lowest=1):
@@ -179,10 +181,28 @@ class PoolOptions:
     def from_kwargs(cls, owner: str, **kwargs: Any) -> PoolOptions:
         """Build from an adapter's keyword arguments; an unknown one is a TypeError naming ``owner``."""
         names = [field.name for field in dataclasses.fields(cls)]
+        if "main_shard" in kwargs:
+            if "use_main_process" in kwargs:
+                raise TypeError(f"{owner}() got main_shard and use_main_process: pass use_main_process only")
+            warnings.warn(
+                "main_shard is now called use_main_process: the old name still works", DeprecationWarning, stacklevel=3
+            )
+            kwargs["use_main_process"] = kwargs.pop("main_shard")
         for key in kwargs:
             if key not in names:
                 raise TypeError(f"{owner}() got an unexpected keyword argument {key!r}; pool options are {names}")
         return cls(**kwargs)
+
+    @property
+    def main_shard(self) -> bool | None:
+        """``use_main_process``, by the engine's name for the envs the main process steps (its main shard)."""
+        return self.use_main_process
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Options pickled before ``main_shard`` was renamed load too."""
+        if "main_shard" in state:
+            state = {("use_main_process" if key == "main_shard" else key): value for key, value in state.items()}
+        self.__dict__.update(state)
 
     def workers_for(self, num_envs: int) -> int:
         """The number of worker processes for ``num_envs`` envs (checked); ``n_workers=None``
@@ -194,7 +214,7 @@ class PoolOptions:
         if not _is_int(n_workers, lowest) or n_workers > highest:
             raise ValueError(
                 f"n_workers must be an int between {lowest} and {highest} for {num_envs} envs"
-                f"{' with main_shard=True' if self.main_shard else ''}, got {n_workers!r}"
+                f"{' with use_main_process=True' if self.main_shard else ''}, got {n_workers!r}"
             )
         return n_workers
 

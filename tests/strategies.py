@@ -150,7 +150,7 @@ class PoolShape:
     def kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``ShmVectorEnv``/``ShmPoolVecEnv`` (all but the batch size and mode)."""
         spin = {} if self.spin else {"max_spin": 0}
-        return {"copy": self.copy, "start_method": self.start_method, "main_shard": self.main_shard, **spin}
+        return {"copy": self.copy, "start_method": self.start_method, "use_main_process": self.main_shard, **spin}
 
 
 @st.composite
@@ -169,7 +169,7 @@ def pool_shapes(
     return PoolShape(
         n_envs=n_envs,
         n_workers=n_workers,
-        main_shard=main_shard,
+        use_main_process=main_shard,
         copy=draw(st.booleans()),
         start_method=draw(st.sampled_from(start_methods)),
         autoreset_mode=draw(st.sampled_from(modes)),

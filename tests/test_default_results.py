@@ -83,7 +83,7 @@ def test_the_default_pool_vec_env_equals_dummy_vec_env_bit_for_bit():
         plan = repr(venv)
         got = sb3_run(venv)
     assert sum(len(finals) for *_, finals in want[1:]) > 0  # episodes ended (and reset) along the way
-    assert "n_workers=0, main_shard=True" in plan, plan
+    assert "n_workers=0, use_main_process=True" in plan, plan
     assert_same_runs(got, want, plan)
 
 
@@ -99,5 +99,5 @@ def test_the_default_vector_env_equals_sync_vector_env_bit_for_bit():
         plan = repr(envs)
         got = gymnasium_run(envs)
     assert sum(terminated.sum() + truncated.sum() for _, _, terminated, truncated in want[1:]) > 0
-    assert "n_workers=0, main_shard=True" in plan, plan
+    assert "n_workers=0, use_main_process=True" in plan, plan
     assert_same_runs(got, want, plan)

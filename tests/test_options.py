@@ -15,7 +15,9 @@ import re
 import numpy as np
 import pytest
 
+from shmvec import ShmVectorEnv
 from shmvec.options import DEFAULT_SPIN, PoolOptions, default_start_method
+from tests.envs import cartpole
 from tests.helpers import assert_same
 
 
@@ -27,7 +29,7 @@ def test_pool_options_defaults():
         timeout=None,
         worker_threads=1,
         max_spin=200e-6,
-        main_shard=None,  # chosen with n_workers=None, False with an explicit n_workers
+        use_main_process=None,  # chosen with n_workers=None, False with an explicit n_workers
         on_worker_failure="raise",
         max_restarts=3,
     )
@@ -36,8 +38,8 @@ def test_pool_options_defaults():
 
 
 def test_pool_options_normalises_main_shard_to_bool():
-    assert PoolOptions(main_shard=1).main_shard is True
-    assert PoolOptions(main_shard=0).main_shard is False
+    assert PoolOptions(use_main_process=1).main_shard is True
+    assert PoolOptions(use_main_process=0).main_shard is False
     assert PoolOptions().main_shard is None
 
 
@@ -71,13 +73,13 @@ def test_pool_options_refuse_invalid_values(option, value, message):
     [
         (PoolOptions(), 1, 1),
         (PoolOptions(), 64, min(64, len(os.sched_getaffinity(0)))),
-        (PoolOptions(main_shard=True), 64, min(64, len(os.sched_getaffinity(0))) - 1),
-        (PoolOptions(main_shard=True), 1, 0),  # the main process steps the only env
+        (PoolOptions(use_main_process=True), 64, min(64, len(os.sched_getaffinity(0))) - 1),
+        (PoolOptions(use_main_process=True), 1, 0),  # the main process steps the only env
         (PoolOptions(n_workers=3), 7, 3),
         (PoolOptions(n_workers=7), 7, 7),
-        (PoolOptions(n_workers=0, main_shard=True), 2, 0),
+        (PoolOptions(n_workers=0, use_main_process=True), 2, 0),
         (PoolOptions(n_workers=0), 2, 0),  # every env in this process: main_shard implied
-        (PoolOptions(n_workers=1, main_shard=True), 2, 1),
+        (PoolOptions(n_workers=1, use_main_process=True), 2, 1),
     ],
 )
 def test_workers_for(options, num_envs, workers):
@@ -91,14 +93,14 @@ def test_workers_for(options, num_envs, workers):
         (PoolOptions(n_workers=1.0), 2, "n_workers must be an int between 1 and 2 for 2 envs, got 1.0"),
         (PoolOptions(n_workers=True), 2, "n_workers must be an int between 1 and 2 for 2 envs, got True"),
         (
-            PoolOptions(n_workers=2, main_shard=True),
+            PoolOptions(n_workers=2, use_main_process=True),
             2,
-            "n_workers must be an int between 0 and 1 for 2 envs with main_shard=True, got 2",
+            "n_workers must be an int between 0 and 1 for 2 envs with use_main_process=True, got 2",
         ),
         (
-            PoolOptions(n_workers=-1, main_shard=True),
+            PoolOptions(n_workers=-1, use_main_process=True),
             2,
-            "n_workers must be an int between 0 and 1 for 2 envs with main_shard=True, got -1",
+            "n_workers must be an int between 0 and 1 for 2 envs with use_main_process=True, got -1",
         ),
     ],
 )
@@ -109,9 +111,9 @@ def test_workers_for_refuses_out_of_bounds(options, num_envs, message):
 
 
 def test_from_kwargs_builds_the_options():
-    assert PoolOptions.from_kwargs("ShmVectorEnv", n_workers=2, start_method="fork", main_shard=True) == PoolOptions(
-        n_workers=2, start_method="fork", main_shard=True
-    )
+    assert PoolOptions.from_kwargs(
+        "ShmVectorEnv", n_workers=2, start_method="fork", use_main_process=True
+    ) == PoolOptions(n_workers=2, start_method="fork", use_main_process=True)
     assert PoolOptions.from_kwargs("ShmVectorEnv") == PoolOptions()
 
 
@@ -120,7 +122,7 @@ def test_from_kwargs_refuses_an_unknown_keyword_naming_the_owner_and_the_options
         PoolOptions.from_kwargs("ShmPoolVecEnv", n_worker=2)
     assert str(excinfo.value) == (
         "ShmPoolVecEnv() got an unexpected keyword argument 'n_worker'; pool options are ['n_workers', "
-        "'start_method', 'timeout', 'worker_threads', 'max_spin', 'main_shard', 'on_worker_failure', "
+        "'start_method', 'timeout', 'worker_threads', 'max_spin', 'use_main_process', 'on_worker_failure', "
         "'max_restarts', 'backend', 'n_nodes', 'omp_spin', 'torch_threads', 'timings', 'worker_init', 'import_main']"
     )
 
@@ -138,7 +140,7 @@ def test_timings_must_be_a_bool():
 
 def test_n_workers_0_means_every_env_in_this_process():
     """As ``envs.timings``' advice reads: ``n_workers=0`` alone, the main process stepping every env."""
-    zeros = [PoolOptions(n_workers=0), PoolOptions(n_workers=np.int64(0)), PoolOptions(n_workers=0, main_shard=1)]
+    zeros = [PoolOptions(n_workers=0), PoolOptions(n_workers=np.int64(0)), PoolOptions(n_workers=0, use_main_process=1)]
     for options in zeros:
         assert options.n_workers == 0 and type(options.n_workers) is int
         assert options.main_shard is True
@@ -152,9 +154,9 @@ def test_n_workers_0_means_every_env_in_this_process():
 @pytest.mark.parametrize("main_shard", [False, np.False_, 0])
 def test_n_workers_0_without_a_main_shard_says_why_it_cannot_be(main_shard):
     with pytest.raises(ValueError) as excinfo:
-        PoolOptions(n_workers=0, main_shard=main_shard)
+        PoolOptions(n_workers=0, use_main_process=main_shard)
     assert str(excinfo.value) == (
-        "n_workers=0 puts every env in this process, stepped by it as its main shard: main_shard=False "
+        "n_workers=0 puts every env in this process: use_main_process=False "
         "leaves nothing to step them; pass n_workers >= 1 for worker processes"
     )
 
@@ -170,7 +172,7 @@ def test_numpy_numbers_are_read_by_their_meaning():
     assert options == PoolOptions(n_workers=2, worker_threads=1, max_restarts=0, timings=True, torch_threads=3)
     assert all(type(value) is int for value in (options.n_workers, options.worker_threads, options.max_restarts))
     assert type(options.timings) is bool and type(options.torch_threads) is int
-    assert PoolOptions(main_shard=np.True_).main_shard is True
+    assert PoolOptions(use_main_process=np.True_).main_shard is True
     assert PoolOptions(n_nodes=np.int64(2), backend="ray").n_nodes == 2
     with pytest.raises(ValueError, match="n_workers must be an int between 1 and 2 for 2 envs, got np.True_|got True"):
         PoolOptions(n_workers=np.True_).workers_for(2)  # a bool is not a count, numpy's either
@@ -194,7 +196,9 @@ def test_the_timings_advice_followed_to_the_letter_works(closing):
     advised = [line for line in str(_made_timings()).splitlines() if "n_workers=" in line]
     assert len(advised) == 2, advised  # the hand-off's verdict and the other calls'
     for line in advised:
-        kwargs = {name: ast.literal_eval(value) for name, value in re.findall(r"\b(n_workers|main_shard)=(\w+)", line)}
+        kwargs = {
+            name: ast.literal_eval(value) for name, value in re.findall(r"\b(n_workers|use_main_process)=(\w+)", line)
+        }
         assert kwargs == {"n_workers": 0}, line
         shm = closing(ShmPoolVecEnv([cartpole] * 4, **kwargs))
         dummy = closing(DummyVecEnv([cartpole] * 4))
@@ -228,3 +232,24 @@ def test_n_workers_0_through_every_gymnasium_entry(closing):
         for t in range(10):
             actions = np.array([t % 2, 0, 1])
             assert_same(envs.step(actions), ref.step(actions), f"step {t}")
+
+
+def test_the_former_name_main_shard_still_works_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="main_shard is now called use_main_process"):
+        options = PoolOptions.from_kwargs("ShmVectorEnv", n_workers=1, main_shard=True)
+    assert options == PoolOptions(n_workers=1, use_main_process=True) and options.main_shard is True
+    with pytest.raises(TypeError, match="pass use_main_process only"):
+        PoolOptions.from_kwargs("ShmVectorEnv", main_shard=True, use_main_process=False)
+
+
+def test_an_adapter_given_main_shard_says_use_main_process(closing):
+    with pytest.warns(DeprecationWarning, match="main_shard is now called use_main_process"):
+        envs = closing(ShmVectorEnv([cartpole] * 2, n_workers=1, main_shard=True))
+    assert "use_main_process=True" in repr(envs) and "main_shard" not in repr(envs)
+
+
+def test_options_pickled_under_the_former_name_load():
+    pickled = pickle.dumps(PoolOptions(n_workers=1, use_main_process=True), protocol=0)
+    assert b"use_main_process" in pickled
+    old = pickle.loads(pickled.replace(b"use_main_process", b"main_shard"))
+    assert old == PoolOptions(n_workers=1, use_main_process=True)

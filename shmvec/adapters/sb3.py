@@ -91,7 +91,7 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
             ``RuntimeWarning`` and everything works as without it.
         **pool_options: how the envs run, shared with every shmvec adapter
             (:class:`~shmvec.options.PoolOptions`): timeout, worker_threads, max_spin,
-            main_shard, on_worker_failure, max_restarts, as below. In restart mode the envs
+            use_main_process, on_worker_failure, max_restarts, as below. In restart mode the envs
             of a dead worker return, for that step, the reset observation, reward 0,
             ``done=True`` and the info ``{"shmvec_restarted": True, "TimeLimit.truncated":
             True}`` with *no* ``terminal_observation`` (the last observation died with the
@@ -365,7 +365,7 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
         return self._pool.closed
 
     def __repr__(self) -> str:
-        """``ShmPoolVecEnv(num_envs=N, n_workers=K, main_shard=..., why='...')``: how the envs run."""
+        """``ShmPoolVecEnv(num_envs=N, n_workers=K, use_main_process=..., why='...')``: how the envs run."""
         return f"{type(self).__name__}(num_envs={self.num_envs}, {self._pool.description()})"
 
     def __enter__(self) -> ShmPoolVecEnv:

@@ -82,12 +82,12 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
             envs' spaces must share its shapes and dtypes). Action spaces must always be equal.
         batch_size: envs per :meth:`recv` in async batches (EnvPool's ``batch_size``), between 1
             and ``num_envs`` (default). Below ``num_envs`` use :meth:`async_reset`, :meth:`send` and
-            :meth:`recv` instead of reset/step; with ``n_workers`` and ``main_shard`` unset, every
+            :meth:`recv` instead of reset/step; with ``n_workers`` and ``use_main_process`` unset, every
             env then runs in a worker (a main shard's envs step inside :meth:`send`, where they
             cannot overlap the caller's policy).
         **pool_options: how the envs run, shared with every shmvec adapter
             (:class:`~shmvec.options.PoolOptions`): start_method, timeout, worker_threads, max_spin,
-            main_shard, on_worker_failure, max_restarts, as below. In restart mode the envs of a
+            use_main_process, on_worker_failure, max_restarts, as below. In restart mode the envs of a
             dead worker report, for that step, the reset observation, reward 0, ``terminated=False``,
             ``truncated=True`` and ``infos["shmvec_restarted"]`` (no ``final_obs``: it died with the
             worker; in ``SAME_STEP`` mode their reset info is in ``infos``); in ``NEXT_STEP`` mode

@@ -1,6 +1,6 @@
 """A shard: a contiguous run of envs stepped in place against the shared arena.
 
-The same class serves inside worker processes and, with ``main_shard=True``, inside
+The same class serves inside worker processes and, with ``use_main_process=True``, inside
 the main process, so both execute exactly the same stepping and auto-reset logic.
 
 Leaves with no fixed size (``layout.Leaf.pickled``) have no shared buffer: their values

@@ -3,8 +3,8 @@
 ``n_workers=None`` (the default) times the env at start-up
 (:func:`~shmvec.planning.env_timing.time_env_and_machine`: one extra env built from ``env_fns[-1]`` in a
 throwaway process, :mod:`~shmvec.engine.timing_run`, a few random steps within ~50 ms, closed again) and
-picks, among everything in the main process (``n_workers=0, main_shard=True``), the main process plus
-``P - 1`` workers (``main_shard=True``) and ``P`` workers (the main process only waits), for ``P`` up to the
+picks, among everything in the main process (``n_workers=0, use_main_process=True``), the main process plus
+``P - 1`` workers (``use_main_process=True``) and ``P`` workers (the main process only waits), for ``P`` up to the
 usable cores (:mod:`~shmvec.planning.machine`: the affinity set within the cgroup CPU quota, SMT siblings
 counted once), the one the overhead model predicts fastest::
 
@@ -40,11 +40,11 @@ latter a gradient step between every two steps (:data:`T_TRAINING_CALLER`). Amon
 chosen before on this machine for this env (:mod:`~shmvec.planning.plan_memory`) within its margin of it.
 When the lanes outnumber the cores nobody spins: every wait blocks.
 
-An explicit ``n_workers=K`` is obeyed as given (``main_shard`` only if asked); only the wait policy is chosen.
+An explicit ``n_workers=K`` is obeyed as given (``use_main_process`` only if asked); only the wait policy is chosen.
 Everything here but :func:`~shmvec.planning.env_timing.time_env_and_machine` and :func:`usable_cores` is pure:
 :func:`choose` is unit-tested with injected timings and is what ``python -m shmvec.tune`` recommends.
 
-Isolation: only ``n_workers=len(env_fns)`` with ``main_shard`` left unset (or False) guarantees one env per
+Isolation: only ``n_workers=len(env_fns)`` with ``use_main_process`` left unset (or False) guarantees one env per
 process and no env in the main process; ``n_workers=None`` may step envs in the main process."""
 
 from __future__ import annotations
@@ -130,13 +130,13 @@ class Plan:
     scale: float | None = None
 
     def constructor_args(self) -> str:
-        """The keyword arguments that build this plan explicitly, e.g. ``n_workers=1, main_shard=True``."""
-        return f"n_workers={self.n_workers}" + (", main_shard=True" if self.main_shard else "")
+        """The keyword arguments that build this plan explicitly, e.g. ``n_workers=1, use_main_process=True``."""
+        return f"n_workers={self.n_workers}" + (", use_main_process=True" if self.main_shard else "")
 
 
 def describe_plan(plan: Plan) -> str:
-    """``n_workers=1, main_shard=True, why='...'``: what ``repr()`` of a pool and its adapters shows."""
-    return f"n_workers={plan.n_workers}, main_shard={plan.main_shard}, why={plan.reason!r}"
+    """``n_workers=1, use_main_process=True, why='...'``: what ``repr()`` of a pool and its adapters shows."""
+    return f"n_workers={plan.n_workers}, use_main_process={plan.main_shard}, why={plan.reason!r}"
 
 
 def usable_cores() -> int:
@@ -253,23 +253,23 @@ def choose(
 
     Example:
         >>> choose(num_envs=64, cores=2, t_env=8e-6).constructor_args()  # CartPole-like: a main shard pays
-        'n_workers=1, main_shard=True'
+        'n_workers=1, use_main_process=True'
         >>> choose(num_envs=8, cores=2, t_env=8e-6).constructor_args()  # ... but not for a few of them
-        'n_workers=0, main_shard=True'
+        'n_workers=0, use_main_process=True'
         >>> choose(num_envs=8, cores=2, t_env=1e-3).constructor_args()  # heavy: workers cost nothing extra
         'n_workers=2'
         >>> choose(num_envs=2, cores=2, t_env=20e-6, scale=3.0).constructor_args()  # a slow machine: dearer round trips
-        'n_workers=0, main_shard=True'
+        'n_workers=0, use_main_process=True'
         >>> choose(num_envs=4, cores=2, t_env=80e-6).constructor_args()  # 4 robot arms: a worker pays...
-        'n_workers=1, main_shard=True'
+        'n_workers=1, use_main_process=True'
         >>> choose(num_envs=4, cores=2, t_env=80e-6, calls_per_step=1).constructor_args()  # ... unless HER calls env 0
-        'n_workers=0, main_shard=True'
+        'n_workers=0, use_main_process=True'
         >>> choose(num_envs=32, cores=2, t_env=2e-3, cpu_share=0.02, lanes=32).constructor_args()  # envs that wait 2 ms
         'n_workers=32'
         >>> choose(num_envs=8, cores=2, t_env=38e-6).constructor_args()  # HalfCheetah-like, 8 of them: a near-tie...
-        'n_workers=1, main_shard=True'
+        'n_workers=1, use_main_process=True'
         >>> choose(num_envs=8, cores=2, t_env=38e-6, keep=(0, True)).constructor_args()  # ... keeps the layout it had
-        'n_workers=0, main_shard=True'
+        'n_workers=0, use_main_process=True'
     """
     batched = batch_size is not None and batch_size < num_envs
     if batched and main_shard is None:
@@ -312,7 +312,7 @@ def choose(
 
 def explicit(num_envs: int, cores: int, n_workers: int, main_shard: bool, max_spin: float = 200e-6) -> Plan:
     """The plan for ``n_workers`` given by the caller: as asked, only the waits are chosen."""
-    reason = f"n_workers={n_workers} given" + (", main_shard=True" if main_shard else "")
+    reason = f"n_workers={n_workers} given" + (", use_main_process=True" if main_shard else "")
     return _with_waits(num_envs, cores, None, n_workers, main_shard, max_spin, reason)
 
 

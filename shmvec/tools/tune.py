@@ -132,7 +132,7 @@ def plan_rows(
                 f"shmvec {args}",
                 "gym",
                 lambda k=k, main=main: ShmVectorEnv(
-                    fns, k, main_shard=main, start_method="fork", autoreset_mode="SameStep"
+                    fns, k, use_main_process=main, start_method="fork", autoreset_mode="SameStep"
                 ),
                 (k, main),
                 predicted,
@@ -237,7 +237,7 @@ def report(
         "policy": policy,
         "recommended": {
             "n_workers": plan.n_workers,
-            "main_shard": plan.main_shard,
+            "use_main_process": plan.main_shard,
             "reason": plan.reason,
             "constructor": f"ShmPoolVecEnv(env_fns)  # or ShmVectorEnv(env_fns): here {plan.constructor_args()}",
             "explicit": f"ShmPoolVecEnv(env_fns, {plan.constructor_args()})",

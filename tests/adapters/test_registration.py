@@ -124,7 +124,7 @@ def test_spec_is_set_as_gym_make_vec_sets_it_and_rebuilds_the_env(closing):
         "num_envs": 4,
         "vectorization_mode": "vector_entry_point",
     }
-    given = "n_workers=2, main_shard=False, why='n_workers=2 given'"
+    given = "n_workers=2, use_main_process=False, why='n_workers=2 given'"
     threads = f"omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r}"
     assert repr(shm) == f"ShmVectorEnv({TWIN}, num_envs=4, {given}, {threads})"
 

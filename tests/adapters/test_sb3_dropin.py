@@ -84,7 +84,7 @@ def count_ends(counts: dict[str, int], dones: np.ndarray, infos: list[dict]) -> 
 @pytest.mark.parametrize("n_workers,main_shard", LAYOUTS, ids=["K2", "K2-main_shard"])
 @pytest.mark.parametrize("name", list(ENVS))
 def test_structured_actions_equal_dummy(name, n_workers, main_shard, closing):
-    shm, dummy = make_pair([ENVS[name]] * N_ENVS, n_workers, closing, main_shard=main_shard)
+    shm, dummy = make_pair([ENVS[name]] * N_ENVS, n_workers, closing, use_main_process=main_shard)
     start_both(shm, dummy, seed=7)
     counts = {"terminated": 0, "truncated": 0, "echoed": 0}
     for step in range(STEPS):
@@ -207,7 +207,7 @@ def test_start_method_second_as_subprocvecenv_takes_it(start_method, monkeypatch
     monkeypatch.setattr(start_probe, "STATE", "set by the test")
     fns = [start_probe.ProbeEnv] * 2
     ref = closing(SubprocVecEnv(fns, start_method))
-    shm = closing(ShmPoolVecEnv(fns, start_method, main_shard=False))  # every env in a worker
+    shm = closing(ShmPoolVecEnv(fns, start_method, use_main_process=False))  # every env in a worker
     want = ["set by the test" if start_method == "fork" else "imported"] * 2
     assert ref.get_attr("state") == want and shm.get_attr("state") == want
     assert shm._pool.options.start_method == start_method

@@ -80,8 +80,8 @@ MAIN_CASES = [
     ids=[f"{c}-N{n}K{k}+main" for c, n, k in MAIN_CASES],
 )
 def test_equivalent_with_main_shard(name, n_envs, n_workers, closing):
-    """``main_shard=True``: the main process steps the last shard itself, with the same results."""
-    _check_run(name, n_envs, n_workers, closing, main_shard=True)
+    """``use_main_process=True``: the main process steps the last shard itself, with the same results."""
+    _check_run(name, n_envs, n_workers, closing, use_main_process=True)
 
 
 def test_equivalent_image_obs(closing):
@@ -252,5 +252,5 @@ def test_envs_returning_live_buffers(closing):
 
 
 def test_envs_returning_live_buffers_main_shard(closing):
-    shm, dummy = make_pair([InPlaceObsEnv] * 3, 1, closing, main_shard=True)
+    shm, dummy = make_pair([InPlaceObsEnv] * 3, 1, closing, use_main_process=True)
     run_equivalence(shm, dummy, 60, seed=11)

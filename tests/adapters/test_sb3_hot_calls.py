@@ -14,7 +14,7 @@ from tests.goal_envs import GoalReach, MaskedWalk, her_call_args
 from tests.helpers import assert_same
 from tests.sb3_compare import make_pair
 
-LAYOUTS = {"main_shard": (0, {"main_shard": True}), "k1": (1, {}), "k2": (2, {}), "k4": (4, {})}
+LAYOUTS = {"main_shard": (0, {"use_main_process": True}), "k1": (1, {}), "k2": (2, {}), "k4": (4, {})}
 
 
 def goal_pair(closing, layout: str, **kwargs):

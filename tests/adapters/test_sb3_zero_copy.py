@@ -25,8 +25,8 @@ ENVS = {
 }
 LAYOUTS = {  # how the envs run: the main shard writes the buffers too
     "workers": {"n_workers": 2},
-    "main_shard": {"n_workers": 1, "main_shard": True},
-    "in_process": {"n_workers": 0, "main_shard": True},
+    "main_shard": {"n_workers": 1, "use_main_process": True},
+    "in_process": {"n_workers": 0, "use_main_process": True},
 }
 
 

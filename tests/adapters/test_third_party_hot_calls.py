@@ -113,7 +113,7 @@ def test_sac_her_on_fetch_reach_learns_as_on_dummy(fetch_reach, layout, closing)
 
     want, _ = train(DummyVecEnv)
     got, described = train(shm_with(layout))
-    assert layout == "default" or "n_workers=2, main_shard=False" in described, described
+    assert layout == "default" or "n_workers=2, use_main_process=False" in described, described
     assert_same_training(got, want, f"{layout}: {described}")
 
 
@@ -138,7 +138,7 @@ def test_maskable_ppo_on_invalid_action_env_learns_as_on_dummy(layout, closing):
 
     want, _ = train(DummyVecEnv)
     got, described = train(shm_with(layout))
-    assert layout == "default" or "n_workers=2, main_shard=False" in described, described
+    assert layout == "default" or "n_workers=2, use_main_process=False" in described, described
     assert_same_training(got, want, f"{layout}: {described}")
     masks = want.rollout_buffer.action_masks
     assert 0 < masks.mean() < 1, "the rollouts held masked actions"

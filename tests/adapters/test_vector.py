@@ -119,7 +119,7 @@ MAIN_SHARD_SHAPES = [(5, 1), (7, 2), (2, 0)]
 @pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
 @pytest.mark.parametrize("env_name", ["Nested", "InfoTypes"])
 def test_matches_sync_vector_env_with_main_shard(env_name, mode, n_envs, n_workers, closing):
-    shm, ref = make_pair(env_name, n_envs, n_workers, closing, mode, main_shard=True)
+    shm, ref = make_pair(env_name, n_envs, n_workers, closing, mode, use_main_process=True)
     counts = run_equivalence(shm, ref, 200, seed=n_envs)
     assert counts["terminated"] > 0 and counts["truncated"] > 0 and counts["info_steps"] > 0, counts
 
@@ -267,7 +267,7 @@ def test_attributes_match_sync_vector_env(mode, closing):
     assert shm.spec is None and ref.spec is None  # as SyncVectorEnv; make_vec sets it
     assert shm.autoreset_mode is mode and shm.copy is True
     assert shm.unwrapped is shm
-    given = "n_workers=2, main_shard=False, why='n_workers=2 given'"
+    given = "n_workers=2, use_main_process=False, why='n_workers=2 given'"
     threads = f"omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r}"
     assert repr(shm) == f"ShmVectorEnv(num_envs=5, {given}, {threads})"
     assert isinstance(shm, gym.vector.VectorEnv)
@@ -537,7 +537,7 @@ def test_make_vec_mirrors_gym_make_vec(closing):
     assert shm.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
     assert shm.spec.id == "CartPole-v1"
     assert shm.spec.kwargs["num_envs"] == 5 and shm.spec.kwargs["max_episode_steps"] == 10
-    given = "n_workers=2, main_shard=False, why='n_workers=2 given'"
+    given = "n_workers=2, use_main_process=False, why='n_workers=2 given'"
     threads = f"omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r}"
     assert repr(shm) == f"ShmVectorEnv(CartPole-v1, num_envs=5, {given}, {threads})"
     counts = run_equivalence(shm, ref, 40, seed=0)

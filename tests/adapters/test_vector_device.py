@@ -55,7 +55,7 @@ def test_tensors_match_sync_vector_env(env_name, mode, closing):
 
 
 def test_numpy_actions_and_main_shard_work_too(closing):
-    shm, ref = make_pair(ENV_FACTORIES["MixedDict"], closing, n_envs=4, n_workers=1, main_shard=True)
+    shm, ref = make_pair(ENV_FACTORIES["MixedDict"], closing, n_envs=4, n_workers=1, use_main_process=True)
     counts = run_equivalence(AsNumpy(shm, torch_actions=False), ref, 100, seed=1)
     assert counts["terminated"] + counts["truncated"] > 0, counts
 

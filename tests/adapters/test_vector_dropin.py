@@ -473,7 +473,7 @@ def test_close_terminate_without_a_pending_call(closing):
 def test_metadata_never_touches_the_env_class(mode, n_workers, main_shard, closing):
     before = dict(MixedDictEnv.metadata)
     fns = [lambda: make_mixed(render_mode="rgb_array")] * 2
-    shm = make_shm(fns, closing, n_workers=n_workers, main_shard=main_shard, autoreset_mode=mode)
+    shm = make_shm(fns, closing, n_workers=n_workers, use_main_process=main_shard, autoreset_mode=mode)
     assert MixedDictEnv.metadata == before
     ref = make_async(fns, closing, autoreset_mode=mode.value)
     assert shm.metadata == ref.metadata and shm.metadata["autoreset_mode"] is mode
@@ -488,7 +488,7 @@ def test_surface_matches_async_vector_env(closing):
     assert shm.env_fns is fns and ref.env_fns is fns
     # Gymnasium's repr, plus how the envs run (shmvec chooses that itself by default)
     assert repr(ref) == "AsyncVectorEnv(num_envs=3)"
-    given = "n_workers=2, main_shard=False, why='n_workers=2 given'"
+    given = "n_workers=2, use_main_process=False, why='n_workers=2 given'"
     threads = f"omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r}"
     assert repr(shm) == f"ShmVectorEnv(num_envs=3, {given}, {threads})"
     assert str(shm) == repr(shm) and str(ref) == repr(ref)

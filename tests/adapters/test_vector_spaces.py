@@ -89,7 +89,7 @@ def test_a_non_space_is_refused():
 @pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
 @pytest.mark.parametrize("env_name", list(ENV_FACTORIES))
 def test_matches_sync_vector_env(env_name, mode, n_envs, n_workers, main_shard, closing):
-    shm, ref = make_pair(ENV_FACTORIES[env_name], closing, mode, n_envs, n_workers, main_shard=main_shard)
+    shm, ref = make_pair(ENV_FACTORIES[env_name], closing, mode, n_envs, n_workers, use_main_process=main_shard)
     assert shm.observation_space == ref.observation_space
     assert shm.action_space == ref.action_space
     counts = run_equivalence(shm, ref, STEPS, seed=7 + main_shard)

@@ -90,7 +90,7 @@ def assert_near(timings, part: str, truth: float, wall: float) -> None:
 def test_in_process_envs_and_caller(tmp_path):
     """n_workers=0: four envs that compute 0.5 ms each, a caller that computes 2 ms."""
     path = tmp_path / "times"
-    envs = ShmPoolVecEnv(clocked(path, [0.5e-3] * 4, wait=False), n_workers=0, main_shard=True)
+    envs = ShmPoolVecEnv(clocked(path, [0.5e-3] * 4, wait=False), n_workers=0, use_main_process=True)
     try:
         wall, caller = run_sync(envs, 150, 2e-3)
         timings = envs.timings
@@ -239,8 +239,8 @@ def test_timings_off(closing, adapter):
     """timings=False: no timing rows in the arena, no clock, the same results, and envs.timings says it is off."""
     fns = [functools.partial(WaitingEnv, 0.0)] * 4
     on, off = (
-        closing(adapter(fns, n_workers=1, main_shard=True)),
-        closing(adapter(fns, n_workers=1, main_shard=True, timings=False)),
+        closing(adapter(fns, n_workers=1, use_main_process=True)),
+        closing(adapter(fns, n_workers=1, use_main_process=True, timings=False)),
     )
     assert "lane_ring" in on._pool.views and "lane_ring" not in off._pool.views
     assert off._pool.main.timer is None

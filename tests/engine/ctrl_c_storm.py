@@ -277,7 +277,9 @@ def storm(n_workers: int, mode: str, helper: bool, handler: str = "default", sec
         env = ShmPoolVecEnv([cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0)
     else:  # "main": the main process steps a shard too, where a Ctrl-C raises in the envs' own code
         main_shard = True if mode == "main" else None
-        env = ShmVectorEnv([cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0, main_shard=main_shard)
+        env = ShmVectorEnv(
+            [cartpole] * N_ENVS, n_workers, start_method="fork", timeout=5.0, use_main_process=main_shard
+        )
     stop_at = time.monotonic() + seconds  # the sender stops itself: the storm's end is quiet
     sender = subprocess.Popen([sys.executable, "-c", SENDER, str(os.getpid()), repr(stop_at)], stdin=subprocess.PIPE)
     run = Storm(env, mode, sender)

@@ -56,7 +56,7 @@ def stuck(n_workers: int, sends: bool = False) -> dict:
     made of send() and recv() (async batches)."""
     fns = [cartpole] * (N_ENVS - 1) + [functools.partial(SleepsOnce, STUCK_FOR, 2)]
     batch_size = N_ENVS if sends else None
-    env = ShmVectorEnv(fns, n_workers, main_shard=True, start_method="fork", timeout=10.0, batch_size=batch_size)
+    env = ShmVectorEnv(fns, n_workers, use_main_process=True, start_method="fork", timeout=10.0, batch_size=batch_size)
     ref = gym.vector.SyncVectorEnv([cartpole] * N_ENVS)
     sender = subprocess.Popen(
         [sys.executable, "-c", SENDER, str(os.getpid()), str(SIGNAL_AFTER)],
@@ -163,7 +163,7 @@ def calls(pool: list[ShmVectorEnv], counts: dict, end: float) -> None:
     while time.monotonic() < end:
         if not pool:  # made without alarms (its start-up takes longer than their interval)
             quiet(counts)
-            pool.append(ShmVectorEnv([cartpole] * N_ENVS, n_workers=0, main_shard=True, timeout=5.0))
+            pool.append(ShmVectorEnv([cartpole] * N_ENVS, n_workers=0, use_main_process=True, timeout=5.0))
             counts["pools"] += 1
             signal.setitimer(signal.ITIMER_REAL, 1e-3, 1.5e-3)
         try:

@@ -90,7 +90,12 @@ def test_small_batches_give_each_env_its_own_trajectory(mode, main_shard, n_envs
     fn = FACTORIES["MixedDict"]
     shm = closing(
         ShmVectorEnv(
-            [fn] * n_envs, n_workers, autoreset_mode=mode, batch_size=batch, start_method="fork", main_shard=main_shard
+            [fn] * n_envs,
+            n_workers,
+            autoreset_mode=mode,
+            batch_size=batch,
+            start_method="fork",
+            use_main_process=main_shard,
         )
     )
     ref = closing(SyncVectorEnv([fn] * n_envs, autoreset_mode=mode))
@@ -386,7 +391,7 @@ def test_an_async_reset_reply_is_not_mistaken_for_a_send_result_before_it(closin
 
 def test_the_automatic_plan_runs_async_batches_in_workers_and_says_why(closing):
     envs = closing(ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 4, batch_size=2, start_method="fork"))
-    assert envs.n_workers >= 1 and "main_shard=False" in repr(envs)
+    assert envs.n_workers >= 1 and "use_main_process=False" in repr(envs)
     assert "async batches of 2: the workers step one while the caller works on another" in repr(envs)
     synchronous = closing(ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 4, start_method="fork"))
     assert "predicted" in repr(synchronous) and "async" not in repr(synchronous)

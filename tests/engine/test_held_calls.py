@@ -37,7 +37,7 @@ def run_scenario(*args: str, timeout: float = 60.0) -> dict:
 @pytest.mark.parametrize("n_workers", [0, 1], ids=["main-shard-only", "worker-and-main-shard"])
 def test_a_ctrl_c_stops_an_env_stuck_in_the_main_shard_and_the_pool_steps_on(n_workers):
     report = run_scenario("stuck", str(n_workers))
-    assert f"n_workers={n_workers}, main_shard=True" in report["plan"], report
+    assert f"n_workers={n_workers}, use_main_process=True" in report["plan"], report
     assert report["interrupted"], report
     # The step had 3.5 s left when the signal came: it was cut short, not waited out.
     assert report["after_signal"] < 1.5, report

@@ -296,7 +296,7 @@ class TextCounter(gym.Env):
 
 @pytest.mark.parametrize("n_workers", [0, 1])
 def test_async_main_shard_returns_fresh_pickled_observations(n_workers, closing):
-    envs = closing(ShmVectorEnv([TextCounter] * 2, n_workers, main_shard=True, batch_size=1, start_method="fork"))
+    envs = closing(ShmVectorEnv([TextCounter] * 2, n_workers, use_main_process=True, batch_size=1, start_method="fork"))
     envs.async_reset(seed=0)
     steps, got, want = [0, 0], [], []
     for _ in range(6):

@@ -114,7 +114,7 @@ def test_actions_in_other_dtypes_reach_the_envs_as_given(adapter, design_forms, 
 def test_python_ints_on_an_unsigned_box_reach_the_envs(adapter):
     """The references hand a uint8 Box env the Python ints it was given, even out of its range."""
     design = EnvDesign(SMALL_OBSERVATION, spaces.Box(0, 255, (2,), np.uint8))
-    shape = PoolShape(n_envs=2, n_workers=1, main_shard=False, copy=True, start_method="fork")
+    shape = PoolShape(n_envs=2, n_workers=1, use_main_process=False, copy=True, start_method="fork")
     actions = [[1, 2], [3, 300]]
     with closing_all() as closing:
         if adapter == "gym":

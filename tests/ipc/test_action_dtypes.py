@@ -101,7 +101,7 @@ def probe(space: spaces.Space):
 @pytest.mark.parametrize("name", list(SPACES))
 def test_shm_vector_env_hands_each_env_what_sync_vector_env_does(name, layout, closing):
     space, (n_workers, main_shard) = SPACES[name], layout
-    shm = closing(ShmVectorEnv([probe(space)] * N, n_workers, main_shard=main_shard, start_method="fork"))
+    shm = closing(ShmVectorEnv([probe(space)] * N, n_workers, use_main_process=main_shard, start_method="fork"))
     ref = closing(SyncVectorEnv([probe(space)] * N))
     assert_same(shm.reset(seed=0), ref.reset(seed=0), "reset")
     tried = set()
@@ -116,7 +116,7 @@ def test_shm_vector_env_hands_each_env_what_sync_vector_env_does(name, layout, c
 @pytest.mark.parametrize("name", list(SPACES))
 def test_shm_pool_vec_env_hands_each_env_what_dummy_vec_env_does(name, layout, closing):
     space, (n_workers, main_shard) = SPACES[name], layout
-    shm = closing(ShmPoolVecEnv([probe(space)] * N, n_workers, main_shard=main_shard, start_method="fork"))
+    shm = closing(ShmPoolVecEnv([probe(space)] * N, n_workers, use_main_process=main_shard, start_method="fork"))
     dummy = closing(DummyVecEnv([probe(space)] * N))
     assert_same(shm.reset(), dummy.reset(), "reset")
     for k, batch in enumerate(batches(space, np.random.default_rng(2))):
@@ -132,7 +132,7 @@ def test_async_batches_hand_each_env_what_it_gets_alone(name, main_shard, closin
     takes envs from every worker in turn)."""
     space = SPACES[name]
     envs = closing(
-        ShmVectorEnv([probe(space)] * N, 2 - main_shard, batch_size=2, main_shard=main_shard, start_method="fork")
+        ShmVectorEnv([probe(space)] * N, 2 - main_shard, batch_size=2, use_main_process=main_shard, start_method="fork")
     )
     alone = [ActionProbeEnv(space) for _ in range(N)]
     forms = batches(space, np.random.default_rng(3), n=2)

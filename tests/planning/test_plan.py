@@ -127,7 +127,7 @@ def test_a_main_process_sharing_a_core_spins_only_through_short_shards():
 def test_explicit_is_obeyed():
     plan = explicit(64, CORES, 5, False)
     assert (plan.n_workers, plan.main_shard, plan.reason) == (5, False, "n_workers=5 given")
-    assert explicit(4, CORES, 1, True).constructor_args() == "n_workers=1, main_shard=True"
+    assert explicit(4, CORES, 1, True).constructor_args() == "n_workers=1, use_main_process=True"
 
 
 def test_plan_pool_falls_back_to_workers_when_the_env_cannot_be_timed():
@@ -314,7 +314,7 @@ def test_default_pool_works_equals_sync_and_says_what_it_chose(closing, caplog):
         shm = closing(ShmVectorEnv([cartpole] * 6, start_method="fork", autoreset_mode=AutoresetMode.SAME_STEP))
     ref = closing(SyncVectorEnv([cartpole] * 6, autoreset_mode=AutoresetMode.SAME_STEP))
     plan = shm._pool.plan
-    chosen = f"n_workers={plan.n_workers}, main_shard={plan.main_shard}, why={plan.reason!r}"
+    chosen = f"n_workers={plan.n_workers}, use_main_process={plan.main_shard}, why={plan.reason!r}"
     threads = f"omp_spin={shm._pool.omp_spin!r}, torch_threads={shm._pool.caller.description()!r}"
     described = f"{chosen}, {threads}"
     assert repr(shm) == f"ShmVectorEnv(num_envs=6, {described})"
@@ -402,7 +402,7 @@ def test_the_machine_scale_is_the_reference_loops_time_against_the_calibration(m
 def test_async_batches_put_every_env_in_a_worker_unless_told_otherwise(closing):
     chosen = closing(ShmVectorEnv([cartpole] * 4, batch_size=2, start_method="fork"))
     assert chosen._pool.main is None and chosen.n_workers >= 1  # a main shard would step inside send()
-    told = closing(ShmVectorEnv([cartpole] * 4, batch_size=2, main_shard=True, start_method="fork"))
+    told = closing(ShmVectorEnv([cartpole] * 4, batch_size=2, use_main_process=True, start_method="fork"))
     assert told._pool.main is not None
     sync = closing(ShmVectorEnv([cartpole] * 4, start_method="fork"))
     assert sync._pool.plan.reason.startswith("auto: ") and sync._pool.plan.main_shard  # light envs, sync: in-process

@@ -86,7 +86,7 @@ def test_async_batches_reduce_the_threads_too(two_torch_threads):
     "kwargs, during, description",
     [
         ({"n_workers": 1, "torch_threads": "unchanged"}, 2, "unchanged"),
-        ({"n_workers": 0, "main_shard": True}, 2, "unchanged (no workers)"),
+        ({"n_workers": 0, "use_main_process": True}, 2, "unchanged (no workers)"),
         ({"n_workers": 1, "torch_threads": 3}, 3, "3 while stepping"),
     ],
 )

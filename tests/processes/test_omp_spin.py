@@ -92,9 +92,9 @@ def test_steps_shorten_the_spin_of_torchs_idle_threads_and_a_pause_or_close_rest
     "kwargs, threads, expected",
     [
         ({"n_workers": 1}, 1, "unchanged (torch runs 1 thread)"),
-        ({"n_workers": 0, "main_shard": True}, 2, "unchanged (no workers)"),
+        ({"n_workers": 0, "use_main_process": True}, 2, "unchanged (no workers)"),
         ({"n_workers": 1, "omp_spin": "unchanged"}, 2, "unchanged"),
-        ({"n_workers": 0, "main_shard": True, "omp_spin": "short"}, 1, "short (torch: 1 threads)"),
+        ({"n_workers": 0, "use_main_process": True, "omp_spin": "short"}, 1, "short (torch: 1 threads)"),
     ],
 )
 def test_when_it_engages_and_the_override(closing, kwargs, threads, expected):

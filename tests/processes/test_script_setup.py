@@ -208,4 +208,4 @@ def test_the_default_plan_does_not_mix_set_ups(tmp_path):
     found, _, _ = run(tmp_path, "shmvec.ShmPoolVecEnv(env_fns)", num_envs=64)
     difficulties = set(seen(found["reports"], "difficulty"))
     assert len(difficulties) == 1, found["repr"]
-    assert "n_workers=0" in found["repr"] or "main_shard=False" in found["repr"], found["repr"]
+    assert "n_workers=0" in found["repr"] or "use_main_process=False" in found["repr"], found["repr"]

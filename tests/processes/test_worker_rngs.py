@@ -150,7 +150,7 @@ def test_a_default_plan_takes_one_pool_index_as_an_explicit_one(global_generator
 def test_envs_in_the_main_process_keep_drawing_from_its_generators(global_generators, closing):
     np.random.seed(0)
     random.seed(0)
-    envs = closing(ShmVectorEnv([GlobalRngEnv] * 3, n_workers=2, main_shard=True))  # the last env is here
+    envs = closing(ShmVectorEnv([GlobalRngEnv] * 3, n_workers=2, use_main_process=True))  # the last env is here
     draws = list(envs.call("draws"))
     envs.close()
     np.random.seed(0)

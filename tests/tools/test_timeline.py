@@ -21,7 +21,7 @@ def stepped(envs, steps: int) -> None:
 
 
 def test_the_spans_of_two_workers_and_the_main_shard():
-    envs = ShmVectorEnv([functools.partial(WaitingEnv, 1e-3)] * 6, n_workers=2, main_shard=True)
+    envs = ShmVectorEnv([functools.partial(WaitingEnv, 1e-3)] * 6, n_workers=2, use_main_process=True)
     try:
         stepped(envs, 40)
         data = timeline(envs, steps=30)

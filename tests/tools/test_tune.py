@@ -18,13 +18,13 @@ def test_tuner_smoke_json(capsys):
     found = json.loads(capsys.readouterr().out)
     names = [row["name"] for row in found["rows"]]
     assert {"DummyVecEnv", "SubprocVecEnv", "SyncVectorEnv", "AsyncVectorEnv"} <= set(names)
-    assert "shmvec n_workers=0, main_shard=True" in names and "shmvec n_workers=1" in names
+    assert "shmvec n_workers=0, use_main_process=True" in names and "shmvec n_workers=1" in names
     assert all(row["steps_per_s"] and row["error"] is None for row in found["rows"]), found["rows"]
     rec = found["recommended"]
     plan = autoconfig.choose(
         2, found["cores"], found["t_env_us"] * 1e-6, scale=found["machine_scale"]
     )  # n_workers=None's choice
-    assert (rec["n_workers"], rec["main_shard"]) == (plan.n_workers, plan.main_shard)
+    assert (rec["n_workers"], rec["use_main_process"]) == (plan.n_workers, plan.main_shard)
 
 
 def test_tuner_table_and_module_callable(capsys):
@@ -53,7 +53,7 @@ def test_the_policy_runs_between_steps_and_the_recommendation_is_still_the_defau
     found = json.loads(capsys.readouterr().out)
     assert found["policy"] == "tests.tools.test_tune:count_calls" and CALLS and set(CALLS) == {(3, 4)}
     plan = autoconfig.choose(3, found["cores"], found["t_env_us"] * 1e-6, scale=found["machine_scale"])
-    assert (found["recommended"]["n_workers"], found["recommended"]["main_shard"]) == (plan.n_workers, plan.main_shard)
+    assert (found["recommended"]["n_workers"], found["recommended"]["use_main_process"]) == (plan.n_workers, plan.main_shard)
     assert all(row["predicted_steps_per_s"] is None for row in found["rows"])  # the model leaves a policy's time out
     assert tune.main([*args, "--policy", "none"]) == 0
     bare = json.loads(capsys.readouterr().out)

@@ -85,7 +85,7 @@ def record_layouts() -> None:
     @functools.wraps(build)
     def __init__(self, *args, **kwargs):
         build(self, *args, **kwargs)
-        found = re.search(r"n_workers=\d+, main_shard=\w+", repr(self))
+        found = re.search(r"n_workers=\d+, use_main_process=\w+", repr(self))
         _layouts[found.group(0) if found else repr(self)] += 1
 
     ShmPoolVecEnv.__init__ = __init__
