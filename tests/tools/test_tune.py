@@ -53,7 +53,8 @@ def test_the_policy_runs_between_steps_and_the_recommendation_is_still_the_defau
     found = json.loads(capsys.readouterr().out)
     assert found["policy"] == "tests.tools.test_tune:count_calls" and CALLS and set(CALLS) == {(3, 4)}
     plan = autoconfig.choose(3, found["cores"], found["t_env_us"] * 1e-6, scale=found["machine_scale"])
-    assert (found["recommended"]["n_workers"], found["recommended"]["use_main_process"]) == (plan.n_workers, plan.main_shard)
+    recommended = found["recommended"]
+    assert (recommended["n_workers"], recommended["use_main_process"]) == (plan.n_workers, plan.main_shard)
     assert all(row["predicted_steps_per_s"] is None for row in found["rows"])  # the model leaves a policy's time out
     assert tune.main([*args, "--policy", "none"]) == 0
     bare = json.loads(capsys.readouterr().out)
