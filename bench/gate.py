@@ -21,7 +21,9 @@ SLOWER or failed.
 Rows: the SB3 and CleanRL-style workloads of :mod:`bench.training_jobs` (wall time of the whole
 ``learn()`` / script loop), ``rl-zoo-ppo`` (RL Zoo's own ``train.py``, PPO CartPole, ``--vec-env
 subproc`` mapped to ``ShmPoolVecEnv``'s defaults against ``--vec-env dummy``; skipped without
-``rl_zoo3``), ``bare`` (CartPole x64 stepped by ``ShmVectorEnv``'s default against
+``rl_zoo3``), ``agents-ppo`` (SB3 PPO ``learn()`` on MPE2 simple_spread's agents as vector
+slots, ``shmvec.concat_vec_envs_v1``'s default against SuperSuit's single-process one; "new"
+against a tree without it), ``bare`` (CartPole x64 stepped by ``ShmVectorEnv``'s default against
 ``SyncVectorEnv``, steps/s), ``bare-2workers`` (the same on ``n_workers=2``), ``cpu-per-env`` and
 ``cpu-per-worker`` (the main thread's CPU time per step that each env and each worker adds, µs,
 from two layouts each: the Amdahl terms of a big machine; ``ShmPoolVecEnv``'s, and with ``-gym``
@@ -64,7 +66,7 @@ TRAINING_ROWS = (
 )
 IN_PROCESS_ROWS = tuple(f"inproc-{adapter}-{n}" for adapter in ("sb3", "gym") for n in (1, 4, 8))
 CPU_ROWS = ("cpu-per-env", "cpu-per-worker", "cpu-per-env-gym", "cpu-per-worker-gym")
-PROBE_ROWS = ("rl-zoo-ppo", "bare", "bare-2workers", *CPU_ROWS, *IN_PROCESS_ROWS)
+PROBE_ROWS = ("rl-zoo-ppo", "agents-ppo", "bare", "bare-2workers", *CPU_ROWS, *IN_PROCESS_ROWS)
 QUICK_ROWS = ("ppo-cartpole", "ppo-halfcheetah", "cleanrl-cartpole", "bare", "cpu-per-env")
 QUICK_IN_PROCESS = ("inproc-sb3-1", "inproc-gym-1")  # where a fixed tax weighs most; ~25 s for 3 rounds
 QUICK = {"rows": QUICK_ROWS + QUICK_IN_PROCESS, "scale": 0.5}
@@ -81,6 +83,7 @@ class Row:
     values: dict[str, list[float]] = field(default_factory=dict)
     described: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    absent: dict[str, str] = field(default_factory=dict)  # side: why that tree has no such row
 
     def ratios(self) -> list[float]:
         """Per round: REF's cost / current's (above 1: current is better)."""
@@ -89,6 +92,8 @@ class Row:
 
     def verdict(self, noise: float) -> str:
         ratios = self.ratios()
+        if "ref" in self.absent and not self.errors and self.values.get("current"):
+            return "new"  # nothing to compare it with: REF has no such thing
         if self.errors or not ratios:
             return "FAILED"
         if max(ratios) < 1.0 and statistics.median(ratios) < 1.0 - noise:
@@ -121,6 +126,10 @@ def missing(name: str) -> str | None:
         return WORKLOADS[name].missing()
     if name == "rl-zoo-ppo" and importlib.util.find_spec("rl_zoo3") is None:
         return "needs rl_zoo3, not installed (pip install rl_zoo3, or shmvec's [bench] extra)"
+    if name == "agents-ppo":
+        absent = [m for m in ("pettingzoo", "supersuit", "mpe2") if importlib.util.find_spec(m) is None]
+        if absent:
+            return f"needs {', '.join(absent)}, not installed (shmvec's [bench] extra)"
     return None
 
 
@@ -182,6 +191,10 @@ def measure(rows: list[Row], trees: dict[str, str], args: argparse.Namespace) ->
                     row.errors.append(f"{side} (round {round_ + 1}): {exc}")
                     print(f"[round {round_ + 1}] {row.name} {side}: FAILED {str(exc)[-300:]}", flush=True)
                     continue
+                if "absent" in result:
+                    row.absent[side] = result["absent"]
+                    print(f"[round {round_ + 1}] {row.name} {side}: {result['absent']}", flush=True)
+                    continue
                 value = result["total"] if "total" in result else result["value"]
                 row.values.setdefault(side, []).append(value)
                 row.described.setdefault(side, result.get("vec_env", ""))
@@ -215,6 +228,9 @@ def report(rows: list[Row], commit: str, args: argparse.Namespace) -> str:
             versus = (
                 f"{(ref_m / dum_m if flip else dum_m / ref_m):.2f}x / {(cur_m / dum_m if flip else dum_m / cur_m):.2f}x"
             )
+        elif reference and row.values.get("current"):  # a row new in this tree: current against the reference only
+            cur_m, dum_m = statistics.median(row.values["current"]), statistics.median(reference)
+            versus = f"- / {(cur_m / dum_m if row.higher_is_better else dum_m / cur_m):.2f}x"
         body.append(
             [
                 row.name,
@@ -288,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
-    return 0 if all(r.verdict(args.noise) == "ok" for r in rows) else 1
+    return 0 if all(r.verdict(args.noise) in ("ok", "new") for r in rows) else 1
 
 
 if __name__ == "__main__":

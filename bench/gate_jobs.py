@@ -31,6 +31,7 @@ from bench.training_jobs import WORKLOADS, build_vec_env, make_model, scaled
 BARE_ENVS, BARE_SECONDS = 64, 3.0
 CPU_SECONDS, CPU_ALTERNATIONS = 1.0, 3
 IN_PROCESS_BLOCKS, IN_PROCESS_STEPS = 40, 300  # as bench/in_process.py's default
+AGENTS_ROLLOUTS = 16  # of 32 steps x 24 slots: ~12k agent steps, ~3 s on 2 cores
 RL_ZOO_TIMESTEPS = 3072  # 12 of PPO CartPole's rollouts (8 envs x 32 steps): 2 s quiet, 10-25 s loaded, on 2 cores
 
 
@@ -189,6 +190,23 @@ def rl_zoo(impl: str, scale: float) -> dict[str, Any]:
     return {"total": total, "vec_env": "; ".join(made) or "DummyVecEnv"}  # RL Zoo makes its eval env first
 
 
+def agents_learn(impl: str, scale: float) -> dict[str, Any]:
+    """SB3 PPO ``learn()`` on MPE2 simple_spread's agents as vector slots (8 copies x 3 agents),
+    bench/agents.py's run: SuperSuit's ``concat_vec_envs_v1(num_cpus=0)`` (the reference) or
+    ``shmvec.concat_vec_envs_v1``'s default. A tree without it says so (the row is new there)."""
+    import shmvec
+    from bench import agents
+
+    if impl != "reference" and not hasattr(shmvec, "concat_vec_envs_v1"):
+        return {"absent": "this tree has no shmvec.concat_vec_envs_v1"}
+    venv = agents.build("simple_spread", "supersuit k=0" if impl == "reference" else "shmvec")
+    try:
+        total = agents.learn_seconds(venv, n_steps=32, rollouts=max(1, round(AGENTS_ROLLOUTS * scale)))
+        return {"total": total, "vec_env": repr(getattr(venv, "venv", venv))}
+    finally:
+        venv.close()
+
+
 def main_thread_cpu(env_cls: type, n: int, k: int, adapter: str = "sb3") -> Any:
     """A pool of ``n`` envs on ``k`` workers, every wait blocking: a callable that measures the
     main thread's CPU µs per step for a while (``adapter``: ``sb3``, ShmPoolVecEnv; ``gym``, ShmVectorEnv)."""
@@ -244,6 +262,8 @@ def child_main(name: str, impl: str, scale: float, tree: str) -> int:
         result = in_process("sb3" if adapter == "sb3" else "next_step", int(n))
     elif name == "rl-zoo-ppo":
         result = rl_zoo(impl, scale)
+    elif name == "agents-ppo":
+        result = agents_learn(impl, scale)
     elif name.startswith("cpu-per-"):  # cpu-per-env, cpu-per-worker; a -gym suffix: ShmVectorEnv's
         adapter = "gym" if name.endswith("-gym") else "sb3"
         if name.startswith("cpu-per-env"):

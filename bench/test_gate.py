@@ -159,3 +159,36 @@ def test_a_row_against_this_commit():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "| cpu-per-worker | µs |" in done.stdout
     assert "(4, 4) -> (16, 16)" in done.stdout  # the child's layouts, from both trees
+
+
+@pytest.mark.smoke
+def test_a_row_that_the_reference_tree_lacks_is_new_not_failed():
+    new = Row("agents-ppo", "s", values={"reference": [3.0], "current": [2.5]}, absent={"ref": "no such thing"})
+    assert new.verdict(0.05) == "new"
+    broken = Row("agents-ppo", "s", values={"reference": [3.0]}, absent={"ref": "no such thing"})
+    assert broken.verdict(0.05) == "FAILED"  # the current tree measured nothing: not new, failed
+
+
+@pytest.mark.smoke
+def test_the_agents_job_says_a_tree_without_agent_slots_lacks_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "shmvec", types.SimpleNamespace())  # an older shmvec
+    assert "concat_vec_envs_v1" in gate_jobs.agents_learn("shm", 1.0)["absent"]
+    rows = {r.name: r for r in gate.rows_of(gate.parse_args(["--against", "HEAD", "--rows", "agents-ppo"]).names)}
+    assert rows["agents-ppo"].unit == "s" and gate.sides_of(rows["agents-ppo"]) == ["reference", "ref", "current"]
+
+
+@pytest.mark.smoke
+def test_the_agents_row_runs_one_short_learn(monkeypatch):
+    pytest.importorskip("mpe2")
+    pytest.importorskip("supersuit")
+    monkeypatch.setattr(gate_jobs, "AGENTS_ROLLOUTS", 1)
+    result = gate_jobs.agents_learn("shm", 1.0)
+    assert result["total"] > 0 and "ShmAgentVecEnv" in result["vec_env"]
+
+
+@pytest.mark.smoke
+def test_a_new_row_reports_current_against_its_reference():
+    new = Row("agents-ppo", "s", values={"reference": [6.0, 6.0], "current": [3.0, 3.0]}, absent={"ref": "none"})
+    args = argparse.Namespace(against="HEAD", rounds=2, scale=1.0, noise=0.05)
+    line = next(ln for ln in gate.report([new], "0" * 40, args).splitlines() if ln.startswith("| agents-ppo"))
+    assert line.split(" | ")[2:8] == ["6.00", "-", "3.00", "-", "- / 2.00x", "new |"]
