@@ -177,7 +177,13 @@ class ShmPool(LocalStep, WorkerWaits, EngineBase):
             res.links[k].spawn(ctx, env_fns, env_wrapper, plan.worker_spin, self.worker_start)
         if self.main_shard:  # built while the workers build theirs
             start, stop = self.shards[-1]
-            res.main_envs = build_envs(env_fns[start:stop], env_wrapper, start, where="the main process")
+            failure = None
+            try:
+                res.main_envs = build_envs(env_fns[start:stop], env_wrapper, start, where="the main process")
+            except EnvFailed as failed:
+                failure = failed
+            if failure is not None:  # outside the except: the env_fn's own exception, as a worker's comes
+                raise main_shard_error(failure)
         hellos: list[Hello] = [self.message_from(link, self.start_limit) for link in self.links]
         if self.main_shard:
             hellos.append(describe_envs(-1, res.main_envs))

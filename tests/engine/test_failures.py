@@ -148,6 +148,15 @@ def test_env_fn_raises_at_construction(adapter, start_method):
     assert_remote(excinfo, "env 3 (worker 1)", "env construction failed on purpose")
 
 
+@pytest.mark.parametrize("n_workers", [0, 1], ids=["all-in-process", "main-shard"])
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_env_fn_raising_in_the_main_process_raises_its_own_exception(adapter, n_workers):
+    with pytest.raises(Boom) as excinfo:  # the original type, so `except ValueError` keeps working
+        make_vec(adapter, env_fns("init", n=4), n_workers, use_main_process=True, start_method="fork")
+    assert str(excinfo.value) == "env construction failed on purpose"
+    assert any("raised in env 3 (main process shard)" in note for note in excinfo.value.__notes__)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_unpicklable_exception_becomes_env_error(vec, adapter):
