@@ -21,6 +21,7 @@ is pickled per step: the info is empty unless an agent returned a non-empty info
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,11 @@ LEFT_AGENT_OBS = "left_agent_obs"  # info key: {agent index: last observation} o
 _AGENT_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
+class AgentSpacesMismatchError(SpaceMismatchError):
+    """The agents of one env do not share a space: the message names SuperSuit's padding wrapper
+    (an adapter passes it on, not a vector env's advice about spaces that differ between envs)."""
+
+
 def agent_spaces(par_env: Any) -> tuple[gym.Space, gym.Space]:
     """The observation and action space every agent shares; a clear error naming the fix if they
     differ or are not one array each."""
@@ -52,12 +58,10 @@ def agent_spaces(par_env: Any) -> tuple[gym.Space, gym.Space]:
         getter = getattr(par_env, f"{what}_space")
         for agent in agents[1:]:
             if getter(agent) != space:
-                error = SpaceMismatchError(
+                raise AgentSpacesMismatchError(
                     f"agents share one slot layout, so they must share their {what} space: {agents[0]!r} has "
                     f"{space}, {agent!r} has {getter(agent)}; wrap the env with supersuit.{fix}(env) first"
                 )
-                error.space = what
-                raise error
         if not isinstance(space, _AGENT_SPACES):
             raise UnsupportedSpaceError(
                 f"agent slots take Box, Discrete, MultiDiscrete or MultiBinary {what} spaces, got {space}; "
@@ -67,10 +71,16 @@ def agent_spaces(par_env: Any) -> tuple[gym.Space, gym.Space]:
 
 
 class AgentSlotsEnv(gym.Env):
-    """One copy of a PettingZoo ``ParallelEnv``: its agents as the rows of fixed-size leaves."""
+    """One copy of a PettingZoo ``ParallelEnv``: its agents as the rows of fixed-size leaves.
 
-    def __init__(self, par_env: Any):
+    ``copied``: ``par_env`` is a copy of an instance (unpickled), so its random state is the
+    instance's; an unseeded first reset then draws a fresh seed, or every copy rebuilt from
+    that instance (a restart) would play the same episodes.
+    """
+
+    def __init__(self, par_env: Any, *, copied: bool = False):
         self.par_env = par_env
+        self._draw_first_seed = copied
         self.possible_agents = tuple(par_env.possible_agents)
         self.agent_observation_space, self.agent_action_space = agent_spaces(par_env)
         n = len(self.possible_agents)
@@ -104,6 +114,9 @@ class AgentSlotsEnv(gym.Env):
         return self.possible_agents, self.agent_observation_space, self.agent_action_space
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        if seed is None and self._draw_first_seed:
+            seed = secrets.randbits(32)
+        self._draw_first_seed = False
         super().reset(seed=seed)
         observations, infos = self.par_env.reset(seed=seed, options=options)
         n = self.num_agents
@@ -217,8 +230,9 @@ class SlotsEnvFactory:
     make: Callable[[], Any] | None = None
 
     def __call__(self) -> AgentSlotsEnv:
-        par_env = cloudpickle.loads(self.pickled_env) if self.pickled_env is not None else self.make()
-        return AgentSlotsEnv(par_env)
+        if self.pickled_env is not None:
+            return AgentSlotsEnv(cloudpickle.loads(self.pickled_env), copied=True)
+        return AgentSlotsEnv(self.make())  # a fresh env, as a single-agent env's restart builds one
 
 
 def slots_env_fns(source: Any, num_copies: int) -> tuple[list[SlotsEnvFactory], bool]:

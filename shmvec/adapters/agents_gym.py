@@ -18,9 +18,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from shmvec.adapters import gym_resets
-from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS, slots_env_fns
+from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS, AgentSpacesMismatchError, slots_env_fns
 from shmvec.adapters.vector import ShmVectorEnv
-from shmvec.errors import InvalidActionError, ResetNeededError
+from shmvec.errors import InvalidActionError, ResetNeededError, SpaceMismatchError
 
 __all__ = ["ShmAgentVectorEnv"]
 
@@ -99,7 +99,13 @@ class ShmAgentVectorEnv(VectorEnv):
         if options.get("device") is not None:
             raise ValueError("ShmAgentVectorEnv returns numpy arrays: device is not supported")
         env_fns, self._copied = slots_env_fns(env, num_copies)
-        self._copies = ShmVectorEnv(env_fns, n_workers, autoreset_mode=autoreset_mode, batch_size=batch_size, **options)
+        options.update(autoreset_mode=autoreset_mode, batch_size=batch_size)
+        try:
+            self._copies = ShmVectorEnv(env_fns, n_workers, **options)
+        except SpaceMismatchError as exc:  # a factory's agents differ: the fix is padding, not observation_mode
+            if isinstance(exc.__cause__, AgentSpacesMismatchError):
+                raise exc.__cause__ from exc.__cause__.__cause__
+            raise
         try:
             self.possible_agents, self.single_observation_space, self.single_action_space = self._copies.get_attr(
                 "agent_layout"
@@ -333,8 +339,7 @@ class ShmAgentVectorEnv(VectorEnv):
         self.close()
 
     def __del__(self) -> None:
-        # An unclosed env is left to the copies' pool finalizer, which releases everything and warns.
-        pass
+        pass  # an unclosed env is left to the copies' pool finalizer, which releases everything and warns
 
 
 def flag_whole_copies(

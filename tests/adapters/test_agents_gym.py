@@ -15,6 +15,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 pytest.importorskip("pettingzoo")
 
 from shmvec import ShmAgentVectorEnv  # noqa: E402
+from shmvec.adapters.agent_slots import slots_env_fns  # noqa: E402
 from shmvec.errors import InvalidActionError, ResetNeededError, SpaceMismatchError  # noqa: E402
 from tests.agent_envs import AbsentAgentEnv, DyingAgentsEnv, MixedSpacesEnv, PidAgentsEnv  # noqa: E402
 from tests.helpers import gone  # noqa: E402
@@ -218,6 +219,13 @@ def test_agents_with_different_spaces_are_a_clear_error():
         ShmAgentVectorEnv(MixedSpacesEnv(n_agents=2), 2, n_workers=1)
 
 
+@pytest.mark.parametrize(("observation_mode", "n_workers"), [("same", 0), ("different", 0), ("different", 1)])
+def test_a_factory_whose_agents_differ_gets_the_padding_advice_not_observation_modes(observation_mode, n_workers):
+    """Found where the factory runs, the agents' mismatch is not the envs' that observation_mode is for."""
+    with pytest.raises(SpaceMismatchError, match="pad_observations_v0"):
+        ShmAgentVectorEnv(MixedSpacesEnv, 2, n_workers=n_workers, observation_mode=observation_mode)
+
+
 def test_calls_by_slot_and_close_twice():
     envs = ShmAgentVectorEnv(DyingAgentsEnv(n_agents=2, max_steps=5), 3, n_workers=1)
     try:
@@ -243,6 +251,61 @@ def test_unseeded_copies_of_one_instance_play_different_episodes():
     with ShmAgentVectorEnv(DyingAgentsEnv(n_agents=2), 2, n_workers=0) as envs:
         obs, _ = envs.reset()
     assert not np.array_equal(obs[:2], obs[2:])
+
+
+class SeedsSeen(DyingAgentsEnv):
+    """Records the seed of each reset."""
+
+    def reset(self, seed=None, options=None):
+        self.seeds_seen = [*getattr(self, "seeds_seen", []), seed]
+        return super().reset(seed=seed, options=options)
+
+
+def test_only_a_copy_of_an_instance_draws_a_seed_for_its_first_unseeded_reset():
+    """A copy rebuilt from the instance's pickle (a restart) has its random state: unseeded, it
+    would replay its first life; a factory's env is fresh, so it gets seed=None as given."""
+    [copy_fn], _ = slots_env_fns(SeedsSeen(n_agents=2), 1)
+    [factory_fn], _ = slots_env_fns(lambda: SeedsSeen(n_agents=2), 1)
+    lives = [copy_fn(), copy_fn()]
+    first, second = (life.reset()[0]["obs"] for life in lives)
+    assert not np.array_equal(first, second)
+    made = factory_fn()
+    made.reset()
+    for env in (lives[0], made):
+        env.reset()
+        env.reset(seed=7)
+    assert lives[0].par_env.seeds_seen[0] is not None and lives[0].par_env.seeds_seen[1:] == [None, 7]
+    assert made.par_env.seeds_seen == [None, None, 7]
+
+
+def kill_and_wait(pid):
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_restarted_copies_play_their_own_episodes(closing):
+    """Restarted copies of one instance (rebuilt from its pickle, reset unseeded) differ from each
+    other and from the copy's previous life."""
+    envs = closing(
+        ShmAgentVectorEnv(PidAgentsEnv(n_agents=2, max_steps=50), 2, n_workers=2, on_worker_failure="restart")
+    )
+    actions = np.zeros(envs.num_envs, np.int64)
+    envs.reset(seed=0)
+    envs.step(actions)
+    pids = envs.call("pid")
+    kill_and_wait(pids[0])
+    kill_and_wait(pids[2])
+    with pytest.warns(RuntimeWarning, match="restarting"):
+        obs, _, _, truncations, _ = envs.step(actions)  # both copies restarted: their reset observations
+    assert truncations.all()
+    assert not np.array_equal(obs[:2], obs[2:])
+    kill_and_wait(envs.call("pid")[2])
+    with pytest.warns(RuntimeWarning, match="restarting"):
+        again, _, _, truncations, _ = envs.step(actions)  # copy 1's third life
+    assert truncations.tolist() == [False, False, True, True]
+    assert not np.array_equal(again[2:], obs[2:])
 
 
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED], ids=lambda m: m.name)
