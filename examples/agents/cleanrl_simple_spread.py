@@ -106,12 +106,7 @@ def train(args: argparse.Namespace) -> tuple[Agent, list[float]]:
                 active = env.mask.copy()  # slots whose agent acts now
                 next_obs, rewards, dones, infos = env.step(action.numpy())
                 next_obs = next_obs.reshape(n, obs_size)
-                # The value after each slot's action: of its final observation where its episode ended.
-                after = next_obs.copy()
-                truncated = np.zeros(n, bool)
-                for i in np.flatnonzero(dones):
-                    after[i] = infos[i]["terminal_observation"].reshape(obs_size)
-                    truncated[i] = infos[i].get("TimeLimit.truncated", False)
+                after, truncated = values_from(next_obs, dones, infos)
                 with torch.no_grad():
                     next_value = agent.value(as_tensor(after)).numpy()
                 for key, row in (
@@ -137,6 +132,19 @@ def train(args: argparse.Namespace) -> tuple[Agent, list[float]]:
     finally:
         env.close()
     return agent, returns
+
+
+def values_from(next_obs: np.ndarray, dones: np.ndarray, infos: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """The observation each slot's value after its action is of (its final one where its episode
+    ended), and which ended slots bootstrap from it: the truncated ones that have one, as SB3 does
+    (a copy restarted after its worker died has none: its episode died with the worker)."""
+    after, truncated = next_obs.copy(), np.zeros(len(dones), bool)
+    for i in np.flatnonzero(dones):
+        final = infos[i].get("terminal_observation")
+        if final is not None:
+            after[i] = final.reshape(after.shape[1:])
+            truncated[i] = infos[i].get("TimeLimit.truncated", False)
+    return after, truncated
 
 
 def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: dict[str, np.ndarray], args) -> None:

@@ -87,6 +87,21 @@ def test_the_cleanrl_loop_runs_and_saves_its_policy(tmp_path):
     assert np.isfinite([result["trained"], result["random"]]).all()
 
 
+def test_the_cleanrl_loop_bootstraps_only_from_a_final_observation():
+    """A restarted copy's slots are done and truncated without a terminal_observation: no bootstrap."""
+    spread = load_example("cleanrl_simple_spread")
+    next_obs, final = np.zeros((4, 2), np.float32), np.ones(2, np.float32)
+    infos = [
+        {},
+        {"terminal_observation": final, "TimeLimit.truncated": True},
+        {"terminal_observation": final},
+        {"shmvec_restarted": True, "TimeLimit.truncated": True},
+    ]
+    after, truncated = spread.values_from(next_obs, np.array([False, True, True, True]), infos)
+    assert after.tolist() == [[0, 0], [1, 1], [1, 1], [0, 0]]
+    assert truncated.tolist() == [False, True, False, False]
+
+
 def test_the_cleanrl_loop_learns_to_beat_a_random_policy(tmp_path):
     """40,000 agent steps (~12 s here): greedy returns -22 to -23 per agent over seeds 1-3, a random
     policy's -27.4 and doing nothing's -24.1, over the same 32 seeded episodes."""
