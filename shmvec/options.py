@@ -6,6 +6,7 @@ import dataclasses
 import multiprocessing as mp
 import numbers
 import os
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -185,7 +186,9 @@ class PoolOptions:
             if "use_main_process" in kwargs:
                 raise TypeError(f"{owner}() got main_shard and use_main_process: pass use_main_process only")
             warnings.warn(
-                "main_shard is now called use_main_process: the old name still works", DeprecationWarning, stacklevel=3
+                "main_shard is now called use_main_process: the old name still works",
+                DeprecationWarning,
+                stacklevel=_callers_level(),
             )
             kwargs["use_main_process"] = kwargs.pop("main_shard")
         for key in kwargs:
@@ -217,6 +220,15 @@ class PoolOptions:
                 f"{' with use_main_process=True' if self.main_shard else ''}, got {n_workers!r}"
             )
         return n_workers
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of the first frame outside shmvec and Gymnasium (``gym.make_vec``): the
+    user's line, whichever entry point led here."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in ("shmvec", "gymnasium"):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def default_start_method() -> str:

@@ -705,9 +705,11 @@ class TorchEnv(gym.Env):
     observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
     action_space = spaces.Discrete(2)
 
-    def __init__(self):
+    def __init__(self, threads: int | None = None):
         import torch
 
+        if threads is not None:  # as an env that sets torch's threads for itself
+            torch.set_num_threads(threads)
         self.x = torch.ones(256, 256)
 
     def reset(self, *, seed=None, options=None):

@@ -243,9 +243,22 @@ def test_the_former_name_main_shard_still_works_with_a_deprecation_warning():
 
 
 def test_an_adapter_given_main_shard_says_use_main_process(closing):
-    with pytest.warns(DeprecationWarning, match="main_shard is now called use_main_process"):
+    with pytest.warns(DeprecationWarning, match="main_shard is now called use_main_process") as warned:
         envs = closing(ShmVectorEnv([cartpole] * 2, n_workers=1, main_shard=True))
     assert "use_main_process=True" in repr(envs) and "main_shard" not in repr(envs)
+    assert warned[0].filename == __file__  # the user's line, whichever entry point
+
+
+def test_gym_make_vec_takes_main_shard_too(closing):
+    import gymnasium as gym
+
+    import shmvec
+
+    twin = shmvec.register("CartPole-v1")
+    with pytest.warns(DeprecationWarning, match="main_shard is now called use_main_process") as warned:
+        envs = closing(gym.make_vec(twin, num_envs=2, n_workers=1, main_shard=True))
+    assert "use_main_process=True" in repr(envs)
+    assert warned[0].filename == __file__
 
 
 def test_options_pickled_under_the_former_name_load():

@@ -33,12 +33,17 @@ __all__ = ["NAMESPACE", "VECTOR_OPTIONS", "ShmVectorEntryPoint", "make_vec", "re
 
 NAMESPACE = "shmvec"
 
-# ShmVectorEnv's own parameters (one source of truth: its signature, env_fns excepted) and the pool options.
-VECTOR_OPTIONS = tuple(
-    name
-    for name, param in inspect.signature(ShmVectorEnv.__init__).parameters.items()
-    if name not in ("self", "env_fns") and param.kind != param.VAR_KEYWORD
-) + tuple(field.name for field in dataclasses.fields(PoolOptions) if field.name != "n_workers")
+# ShmVectorEnv's own parameters (one source of truth: its signature, env_fns excepted), the pool options and
+# main_shard (use_main_process's former name: PoolOptions.from_kwargs takes it with a DeprecationWarning).
+VECTOR_OPTIONS = (
+    tuple(
+        name
+        for name, param in inspect.signature(ShmVectorEnv.__init__).parameters.items()
+        if name not in ("self", "env_fns") and param.kind != param.VAR_KEYWORD
+    )
+    + tuple(field.name for field in dataclasses.fields(PoolOptions) if field.name != "n_workers")
+    + ("main_shard",)
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,8 +17,9 @@ Where :func:`fork_is_safe`, it is a fork of the caller instead: a copy needs no 
 the script's set-up. Safe: no other Python thread (one could hold a lock the copy needs), no
 CUDA started by torch, no library of :data:`FORK_UNSAFE_MODULES`, workers on one OpenMP thread
 (GNU OpenMP's pool, copied from a caller that used it, hangs a parallel region in the copy: the
-copy limits its threads first and keeps torch on one). The copy drops the caller's signal
-wake-up fd (asyncio's loop would run the caller's handler of a signal sent to the copy).
+copy limits its threads first and keeps torch on one; a ``worker_init``, which may raise them by
+any route, rules the fork out). The copy drops the caller's signal wake-up fd (asyncio's loop
+would run the caller's handler of a signal sent to the copy).
 
 The process ends with the caller's need of it: a watchdog thread sees the main process die
 (SIGKILL, the out-of-memory killer) within :data:`PARENT_CHECK_INTERVAL`; then, as when the
@@ -87,10 +88,11 @@ class TimingFailed(RuntimeError):
     """The timing process could not time the env (the env raised, or the process died or hung)."""
 
 
-def timer(start_method: str, start: WorkerStart) -> Callable[[Callable[[], Any]], EnvTiming]:
-    """:func:`time_in_process`: forked where :func:`fork_is_safe`, else started by ``start_method``
-    as workers with ``start`` are (decided at each timing: threads come and go)."""
-    return functools.partial(time_in_process, start_method, start)
+def timer(start_method: str, start: WorkerStart, may_fork: bool = True) -> Callable[[Callable[[], Any]], EnvTiming]:
+    """:func:`time_in_process`: forked where ``may_fork`` (False: a ``worker_init`` runs before the
+    env) and :func:`fork_is_safe`, else started by ``start_method`` as workers with ``start`` are
+    (decided at each timing: threads come and go)."""
+    return functools.partial(time_in_process, start_method, start, may_fork=may_fork)
 
 
 def fork_is_safe(start_method: str, worker_threads: int | None) -> bool:
@@ -110,10 +112,8 @@ def fork_is_safe(start_method: str, worker_threads: int | None) -> bool:
 @contextlib.contextmanager
 def _no_fork_warning() -> Iterator[None]:
     """Python >= 3.12 warns of a fork in a process with threads (BLAS's and OpenMP's count, and
-    fork_is_safe has dealt with them): an ignore filter for that warning alone, for the fork.
-    The filter list is changed in place, not through ``warnings.filterwarnings`` or
-    ``catch_warnings``, whose ``_filters_mutated()`` would empty every module's record of the
-    warnings it showed, and the caller would see them again."""
+    fork_is_safe dealt with them): an ignore filter for that warning alone, put in the list in place,
+    as ``filterwarnings``/``catch_warnings`` would empty every module's record of warnings shown."""
     entry = ("ignore", re.compile(r"This process \(pid=\d+\) is multi-threaded"), DeprecationWarning, None, 0)
     warnings.filters.insert(0, entry)
     try:
@@ -124,14 +124,14 @@ def _no_fork_warning() -> Iterator[None]:
 
 
 def time_in_process(
-    start_method: str, start: WorkerStart, env_fn: Callable[[], Any], timeout: float | None = None
+    start_method: str, start: WorkerStart, env_fn: Callable[[], Any], timeout: float | None = None, may_fork=True
 ) -> EnvTiming:
     """:func:`~shmvec.planning.env_timing.time_env_and_machine` of ``env_fn``, run in a new
-    process (a fork where :func:`fork_is_safe`, else started by ``start_method`` as a worker with
+    process (a fork where ``may_fork`` and :func:`fork_is_safe`, else started by ``start_method`` as a worker with
     ``start``); raises :class:`TimingFailed`, or :class:`~shmvec.planning.outside_effects.NotTimed`
     for an env that would be seen. ``timeout``: :data:`TIMING_TIMEOUT` (read at the call) if None."""
     timeout = TIMING_TIMEOUT if timeout is None else timeout
-    forked = fork_is_safe(start_method, start.worker_threads)
+    forked = may_fork and fork_is_safe(start_method, start.worker_threads)
     ctx = mp.get_context("fork") if forked else mp_context(start_method)
     receiver, sender = ctx.Pipe(duplex=False)
     prefix = SCRIPT_WORKER_PREFIX if start.import_main else WORKER_NAME_PREFIX

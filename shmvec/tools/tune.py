@@ -238,6 +238,7 @@ def report(
         "recommended": {
             "n_workers": plan.n_workers,
             "use_main_process": plan.main_shard,
+            "main_shard": plan.main_shard,  # its former name, for scripts that read it
             "reason": plan.reason,
             "constructor": f"ShmPoolVecEnv(env_fns)  # or ShmVectorEnv(env_fns): here {plan.constructor_args()}",
             "explicit": f"ShmPoolVecEnv(env_fns, {plan.constructor_args()})",

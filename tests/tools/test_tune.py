@@ -55,6 +55,7 @@ def test_the_policy_runs_between_steps_and_the_recommendation_is_still_the_defau
     plan = autoconfig.choose(3, found["cores"], found["t_env_us"] * 1e-6, scale=found["machine_scale"])
     recommended = found["recommended"]
     assert (recommended["n_workers"], recommended["use_main_process"]) == (plan.n_workers, plan.main_shard)
+    assert recommended["main_shard"] == recommended["use_main_process"]  # the former name, for scripts that read it
     assert all(row["predicted_steps_per_s"] is None for row in found["rows"])  # the model leaves a policy's time out
     assert tune.main([*args, "--policy", "none"]) == 0
     bare = json.loads(capsys.readouterr().out)
