@@ -140,7 +140,7 @@ class PoolShape:
 
     n_envs: int
     n_workers: int
-    main_shard: bool
+    use_main_process: bool
     copy: bool
     start_method: str
     autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP
@@ -150,7 +150,7 @@ class PoolShape:
     def kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``ShmVectorEnv``/``ShmPoolVecEnv`` (all but the batch size and mode)."""
         spin = {} if self.spin else {"max_spin": 0}
-        return {"copy": self.copy, "start_method": self.start_method, "use_main_process": self.main_shard, **spin}
+        return {"copy": self.copy, "start_method": self.start_method, "use_main_process": self.use_main_process, **spin}
 
 
 @st.composite
