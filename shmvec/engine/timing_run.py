@@ -237,9 +237,9 @@ def _time_here(
 
 
 def _keep_torch_on_one_thread() -> None:
-    """In a fork: torch stays on the one thread limit_threads gave it. A ``worker_init`` or an env
-    that raised it would run its next parallel region on GNU OpenMP's pool copied from the caller,
-    whose threads do not exist here: it would wait for them until the timing's timeout."""
+    """In a fork: torch stays on the one thread limit_threads gave it. An env that raised it would
+    run its next parallel region on GNU OpenMP's pool copied from the caller, whose threads do not
+    exist here: it would wait for them until the timing's timeout."""
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "set_num_threads"):
         torch.set_num_threads = lambda n: None
