@@ -250,3 +250,11 @@ def slots_env_fns(source: Any, num_copies: int) -> tuple[list[SlotsEnvFactory], 
         f"expected a PettingZoo ParallelEnv, SuperSuit's pettingzoo_env_to_vec_env_v1(env) or a function that "
         f"returns a ParallelEnv, got {type(source).__name__}"
     )
+
+
+def slots_repr(owner: Any, copies: Any) -> str:
+    """``Name(num_envs=N, copies=C, agents=A, <how the copies run>)``: ``owner``, an agent adapter
+    over the vector env ``copies`` (whose repr after its ``num_envs=`` says how they run)."""
+    how = repr(copies).split(", ", 1)[1]
+    sizes = f"num_envs={owner.num_envs}, copies={owner.num_copies}, agents={owner.num_agents}"
+    return f"{type(owner).__name__}({sizes}, {how}"

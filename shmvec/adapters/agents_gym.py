@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from shmvec.adapters import gym_resets
-from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS, AgentSpacesMismatchError, slots_env_fns
+from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS, AgentSpacesMismatchError, slots_env_fns, slots_repr
 from shmvec.adapters.vector import ShmVectorEnv
 from shmvec.errors import InvalidActionError, ResetNeededError, SpaceMismatchError
 
@@ -328,9 +328,7 @@ class ShmAgentVectorEnv(VectorEnv):
             copies.close(**kwargs)
 
     def __repr__(self) -> str:
-        how = repr(self._copies).split(", ", 1)[1]  # what follows ShmVectorEnv(num_envs=N: how the copies run
-        sizes = f"num_envs={self.num_envs}, copies={self.num_copies}, agents={self.num_agents}"
-        return f"{type(self).__name__}({sizes}, {how}"
+        return slots_repr(self, self._copies)
 
     def __enter__(self) -> ShmAgentVectorEnv:
         return self

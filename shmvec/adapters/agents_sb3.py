@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS, slots_env_fns
+from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS, slots_env_fns, slots_repr
 from shmvec.adapters.sb3 import ShmPoolVecEnv
 from shmvec.errors import InvalidActionError
 
@@ -234,9 +234,7 @@ class ShmAgentVecEnv(VecEnv):
         return self._slots.closed
 
     def __repr__(self) -> str:
-        how = repr(self._slots).split(", ", 1)[1]  # what follows ShmPoolVecEnv(num_envs=N: how the copies run
-        sizes = f"num_envs={self.num_envs}, copies={self.num_copies}, agents={self.num_agents}"
-        return f"{type(self).__name__}({sizes}, {how}"
+        return slots_repr(self, self._slots)
 
     def __enter__(self) -> ShmAgentVecEnv:
         return self
