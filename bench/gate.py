@@ -1,6 +1,6 @@
 """The release gate: this tree against a reference commit on the training matrix, side by side.
 
-    python bench/gate.py --against 5f49815            # the full matrix, 3 rounds (~40 min on 2 cores)
+    python bench/gate.py --against 5f49815            # the full matrix, 3 rounds (~1 h on 2 cores)
     python bench/gate.py --against HEAD~1 --quick     # the rows that catch most, ~10 min on 2 cores
     python bench/gate.py --against v1 --rows ppo-halfcheetah,bare --rounds 5
 
@@ -10,7 +10,7 @@ differs: a child process of the reference imports shmvec from the worktree, a ch
 current tree from this checkout (``--ref-python`` runs the reference in another venv).
 
 Each row is measured in fresh processes: its reference implementation (DummyVecEnv for SB3,
-SyncVectorEnv for the scripts and the bare loop; none for the CPU rows), the reference commit
+SyncVectorEnv for the scripts and the bare loop; none for the CPU and start-up rows), the reference commit
 (REF) and this tree (current), one after the other, their order rotated each round. A round
 gives a paired ratio, REF's cost / current's cost (above 1: current is faster), so a phase in
 which the machine runs slow touches both sides of a ratio. The table gives each row's medians,
@@ -19,12 +19,19 @@ is below 1 and their median is below ``1 - --noise``. The exit status is 1 if an
 SLOWER or failed.
 
 Rows: the SB3 and CleanRL-style workloads of :mod:`bench.training_jobs` (wall time of the whole
-``learn()`` / script loop), ``rl-zoo-ppo`` (RL Zoo's own ``train.py``, PPO CartPole, ``--vec-env
-subproc`` mapped to ``ShmPoolVecEnv``'s defaults against ``--vec-env dummy``; skipped without
-``rl_zoo3``), ``agents-ppo`` (SB3 PPO ``learn()`` on MPE2 simple_spread's agents as vector
-slots, ``shmvec.concat_vec_envs_v1``'s default against SuperSuit's single-process one; "new"
-against a tree without it), ``bare`` (CartPole x64 stepped by ``ShmVectorEnv``'s default against
-``SyncVectorEnv``, steps/s), ``bare-2workers`` (the same on ``n_workers=2``), ``cpu-per-env`` and
+``learn()`` / script loop; ``cleanrl-acrobot``: ``examples/ppo_sync.py`` on 8 Acrobots),
+``rl-zoo-ppo`` (RL Zoo's own ``train.py``, PPO CartPole-v1 at RL Zoo's hyperparameters and its own
+``n_timesteps``, read from the installed ``rl_zoo3``'s ``hyperparams/ppo.yml``: 100,000 steps with
+its default evaluation every 25,000; ``--vec-env subproc`` mapped to ``ShmPoolVecEnv``'s defaults
+against ``--vec-env dummy``; ``--scale`` shortens it) and ``rl-zoo-ppo-20k`` (the same for 20,000
+steps, no evaluation), both skipped without ``rl_zoo3``; ``agents-ppo`` (SB3 PPO ``learn()`` on
+MPE2 simple_spread's agents as vector slots, ``shmvec.concat_vec_envs_v1``'s default against
+SuperSuit's single-process one; "new" against a tree without it), ``bare`` (CartPole x64 stepped by
+``ShmVectorEnv``'s default against ``SyncVectorEnv``, steps/s), ``bare-2workers`` (the same on
+``n_workers=2``), ``startup-cold`` and ``startup-warm`` (seconds to build SB3's
+``make_vec_env("CartPole-v1", 8, vec_env_cls=ShmPoolVecEnv)`` in a fresh process that imported
+stable_baselines3, the plan memory a fresh file: the process's first pool, and a second identical
+one after the first was closed; no reference), ``cpu-per-env`` and
 ``cpu-per-worker`` (the main thread's CPU time per step that each env and each worker adds, µs,
 from two layouts each: the Amdahl terms of a big machine; ``ShmPoolVecEnv``'s, and with ``-gym``
 ``ShmVectorEnv``'s), and ``inproc-sb3-N`` / ``inproc-gym-N``
@@ -62,11 +69,14 @@ TRAINING_ROWS = (
     "her-fetchreach",
     "maskable-ppo",
     "cleanrl-cartpole",
+    "cleanrl-acrobot",
     "cleanrl-halfcheetah",
 )
 IN_PROCESS_ROWS = tuple(f"inproc-{adapter}-{n}" for adapter in ("sb3", "gym") for n in (1, 4, 8))
 CPU_ROWS = ("cpu-per-env", "cpu-per-worker", "cpu-per-env-gym", "cpu-per-worker-gym")
-PROBE_ROWS = ("rl-zoo-ppo", "agents-ppo", "bare", "bare-2workers", *CPU_ROWS, *IN_PROCESS_ROWS)
+STARTUP_ROWS = ("startup-cold", "startup-warm")
+RL_ZOO_ROWS = ("rl-zoo-ppo", "rl-zoo-ppo-20k")
+PROBE_ROWS = (*RL_ZOO_ROWS, "agents-ppo", "bare", "bare-2workers", *STARTUP_ROWS, *CPU_ROWS, *IN_PROCESS_ROWS)
 QUICK_ROWS = ("ppo-cartpole", "ppo-halfcheetah", "cleanrl-cartpole", "bare", "cpu-per-env")
 QUICK_IN_PROCESS = ("inproc-sb3-1", "inproc-gym-1")  # where a fixed tax weighs most; ~25 s for 3 rounds
 QUICK = {"rows": QUICK_ROWS + QUICK_IN_PROCESS, "scale": 0.5}
@@ -116,15 +126,17 @@ def rows_of(names: Sequence[str]) -> list[Row]:
 
 
 def sides_of(row: Row) -> list[str]:
-    """The children of a round: the in-process rows hold their reference in the child itself."""
-    return ["ref", "current"] if row.name.startswith(("cpu-", "inproc-")) else ["reference", "ref", "current"]
+    """The children of a round: the in-process rows hold their reference in the child itself; the CPU and
+    start-up rows have none."""
+    no_reference = row.name.startswith(("cpu-", "inproc-", "startup-"))
+    return ["ref", "current"] if no_reference else ["reference", "ref", "current"]
 
 
 def missing(name: str) -> str | None:
     """Why row ``name`` cannot run here, or None."""
     if name in WORKLOADS:
         return WORKLOADS[name].missing()
-    if name == "rl-zoo-ppo" and importlib.util.find_spec("rl_zoo3") is None:
+    if name in RL_ZOO_ROWS and importlib.util.find_spec("rl_zoo3") is None:
         return "needs rl_zoo3, not installed (pip install rl_zoo3, or shmvec's [bench] extra)"
     if name == "agents-ppo":
         absent = [m for m in ("pettingzoo", "supersuit", "mpe2") if importlib.util.find_spec(m) is None]

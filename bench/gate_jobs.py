@@ -5,6 +5,12 @@ A child imports torch first, as training scripts do, then shmvec from the tree i
 ``total`` (seconds) for a training row, ``value`` for the others, and ``vec_env`` (the vector
 env's ``repr``: the layout it chose).
 
+The start-up rows (``startup-*``) import stable_baselines3 before shmvec, point shmvec's plan
+memory (``SHMVEC_PLAN_CACHE``) at a fresh file of their own, and time the build of SB3's
+``make_vec_env("CartPole-v1", 8, vec_env_cls=ShmPoolVecEnv)`` (its default constructor): the
+process's first pool (``startup-cold``) or its second, identical one (``startup-warm``); the first
+reset and ``close()`` are timed apart and shown in ``vec_env``.
+
 The in-process rows (``inproc-*``) hold their reference in the same process: a fixed cost of a
 few µs a step is below what separate processes resolve, so the child alternates shmvec's vector
 env and the reference in blocks (:mod:`bench.in_process`) and reports the median of the paired
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -32,7 +39,10 @@ BARE_ENVS, BARE_SECONDS = 64, 3.0
 CPU_SECONDS, CPU_ALTERNATIONS = 1.0, 3
 IN_PROCESS_BLOCKS, IN_PROCESS_STEPS = 40, 300  # as bench/in_process.py's default
 AGENTS_ROLLOUTS = 16  # of 32 steps x 24 slots: ~12k agent steps, ~3 s on 2 cores
-RL_ZOO_TIMESTEPS = 3072  # 12 of PPO CartPole's rollouts (8 envs x 32 steps): 2 s quiet, 10-25 s loaded, on 2 cores
+RL_ZOO_ROLLOUT = 8 * 32  # PPO CartPole's rollout in RL Zoo (n_envs 8, n_steps 32): the fewest steps a scaled run takes
+RL_ZOO_SHORT = 20_000  # rl-zoo-ppo-20k: a fifth of RL Zoo's run, before its first evaluation (every 25,000 steps)
+STARTUP_ENVS = 8
+PLAN_CACHE_VAR = "SHMVEC_PLAN_CACHE"  # shmvec.planning.plan_memory.CACHE_VAR (older trees have no such module)
 
 
 class InfoEnv(gym.Env):
@@ -161,15 +171,30 @@ def in_process(pair: str, n: int) -> dict[str, Any]:
     return {"value": statistics.median(r / s for s, r in zip(*us)), "vec_env": described}
 
 
-def rl_zoo(impl: str, scale: float) -> dict[str, Any]:
-    """RL Zoo's own ``train.py``, PPO CartPole with its hyperparameters: the whole call's seconds.
-    shmvec's side maps ``--vec-env subproc`` to ``ShmPoolVecEnv``'s defaults, as a user who
-    swaps the class in does; the reference is ``--vec-env dummy``."""
+def rl_zoo_timesteps(algo: str = "ppo", env_id: str = "CartPole-v1") -> int:
+    """``n_timesteps`` of ``env_id`` in the installed RL Zoo's ``hyperparams/<algo>.yml`` (PPO
+    CartPole-v1: 100,000), the length of a run of its ``train.py`` without ``-n``."""
+    import rl_zoo3
+    import yaml
+
+    with open(os.path.join(os.path.dirname(rl_zoo3.__file__), "hyperparams", f"{algo}.yml")) as f:
+        return int(float(yaml.safe_load(f)[env_id]["n_timesteps"]))
+
+
+def rl_zoo(impl: str, scale: float, timesteps: int | None = None) -> dict[str, Any]:
+    """RL Zoo's own ``train.py``, PPO CartPole with its hyperparameters and defaults (an
+    ``EvalCallback`` every 25,000 steps on one env of the same class, 5 episodes): the whole
+    call's seconds. ``timesteps`` (default: RL Zoo's own ``n_timesteps``) times ``scale`` steps;
+    ``-n`` is passed only where that differs from RL Zoo's. shmvec's side maps ``--vec-env
+    subproc`` to ``ShmPoolVecEnv``'s defaults, as a user who swaps the class in does; the
+    reference is ``--vec-env dummy`` (train.py's default)."""
     import rl_zoo3.exp_manager
     import rl_zoo3.train
 
     import shmvec
 
+    own = rl_zoo_timesteps()
+    steps = scaled(own if timesteps is None else timesteps, scale, at_least=RL_ZOO_ROLLOUT)
     made: list[str] = []
 
     def shm_vec_env(env_fns, **kwargs):
@@ -180,14 +205,54 @@ def rl_zoo(impl: str, scale: float) -> dict[str, Any]:
     rl_zoo3.exp_manager.SubprocVecEnv = shm_vec_env
     with tempfile.TemporaryDirectory(prefix="gate-rl-zoo-") as logs:
         sys.argv = [
-            "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1", "--seed", "0", "--device", "cpu",
-            "-n", str(scaled(RL_ZOO_TIMESTEPS, scale)), "-f", logs,
+            "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1", "--seed", "0", "--device", "cpu", "-f", logs,
             "--vec-env", "dummy" if impl == "reference" else "subproc",
+            *(["-n", str(steps)] if steps != own else []),
         ]  # fmt: skip
         start = time.perf_counter()
         rl_zoo3.train.train()
         total = time.perf_counter() - start
-    return {"total": total, "vec_env": "; ".join(made) or "DummyVecEnv"}  # RL Zoo makes its eval env first
+    # RL Zoo makes its eval env (one env) before the training envs
+    return {"total": total, "steps": steps, "vec_env": "; ".join(made) or "DummyVecEnv"}
+
+
+def startup_build() -> dict[str, Any]:
+    """A default pool as SB3 users build one: ``make_vec_env("CartPole-v1", 8, vec_env_cls=ShmPoolVecEnv)``;
+    seconds of the build, of the first reset and of ``close()``, and the layout."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    import shmvec
+
+    start = time.perf_counter()
+    venv = make_vec_env("CartPole-v1", STARTUP_ENVS, vec_env_cls=shmvec.ShmPoolVecEnv)
+    built = time.perf_counter() - start
+    try:
+        start = time.perf_counter()
+        venv.reset()
+        reset = time.perf_counter() - start
+        described = repr(venv)
+    finally:
+        start = time.perf_counter()
+        venv.close()
+        closed = time.perf_counter() - start
+    return {"build": built, "reset": reset, "close": closed, "vec_env": described}
+
+
+def startup(builds: int) -> dict[str, Any]:
+    """The ``builds``-th identical default pool of this process, the plan memory a fresh file at first
+    (1: cold, 2: warm): its build's seconds; every build's, reset's and close's in ``vec_env``."""
+    before = os.environ.get(PLAN_CACHE_VAR)
+    with tempfile.TemporaryDirectory(prefix="gate-startup-") as folder:
+        os.environ[PLAN_CACHE_VAR] = os.path.join(folder, "plans.json")
+        try:
+            done = [startup_build() for _ in range(builds)]
+        finally:
+            if before is None:
+                del os.environ[PLAN_CACHE_VAR]
+            else:
+                os.environ[PLAN_CACHE_VAR] = before
+    times = "; ".join(f"build {d['build']:.3f} s, reset {d['reset']:.4f} s, close {d['close']:.3f} s" for d in done)
+    return {"value": done[-1]["build"], "vec_env": f"{done[-1]['vec_env']}: {times}"}
 
 
 def agents_learn(impl: str, scale: float) -> dict[str, Any]:
@@ -248,6 +313,8 @@ def cpu_slope(
 def child_main(name: str, impl: str, scale: float, tree: str) -> int:
     import torch  # noqa: F401  (first, as training scripts import it)
 
+    if name.startswith("startup-"):
+        import stable_baselines3  # noqa: F401  (as an SB3 user's script does, before the pool)
     sys.path.insert(0, tree)
     import shmvec
 
@@ -262,6 +329,10 @@ def child_main(name: str, impl: str, scale: float, tree: str) -> int:
         result = in_process("sb3" if adapter == "sb3" else "next_step", int(n))
     elif name == "rl-zoo-ppo":
         result = rl_zoo(impl, scale)
+    elif name == "rl-zoo-ppo-20k":
+        result = rl_zoo(impl, scale, RL_ZOO_SHORT)
+    elif name in ("startup-cold", "startup-warm"):
+        result = startup(1 if name == "startup-cold" else 2)
     elif name == "agents-ppo":
         result = agents_learn(impl, scale)
     elif name.startswith("cpu-per-"):  # cpu-per-env, cpu-per-worker; a -gym suffix: ShmVectorEnv's

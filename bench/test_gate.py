@@ -192,3 +192,84 @@ def test_a_new_row_reports_current_against_its_reference():
     args = argparse.Namespace(against="HEAD", rounds=2, scale=1.0, noise=0.05)
     line = next(ln for ln in gate.report([new], "0" * 40, args).splitlines() if ln.startswith("| agents-ppo"))
     assert line.split(" | ")[2:8] == ["6.00", "-", "3.00", "-", "- / 2.00x", "new |"]
+
+
+@pytest.mark.smoke
+def test_the_rl_zoo_startup_and_acrobot_rows_parse_with_their_units_and_sides():
+    names = "rl-zoo-ppo,rl-zoo-ppo-20k,startup-cold,startup-warm,cleanrl-acrobot"
+    rows = {r.name: r for r in gate.rows_of(gate.parse_args(["--against", "HEAD", "--rows", names]).names)}
+    assert list(rows) == names.split(",") and all(r.unit == "s" and not r.higher_is_better for r in rows.values())
+    assert gate.sides_of(rows["startup-cold"]) == gate.sides_of(rows["startup-warm"]) == ["ref", "current"]
+    assert (
+        gate.sides_of(rows["rl-zoo-ppo-20k"])
+        == gate.sides_of(rows["cleanrl-acrobot"])
+        == ["reference", "ref", "current"]
+    )
+    assert "cleanrl-acrobot" in gate.TRAINING_ROWS and {"startup-cold", "rl-zoo-ppo-20k"} <= set(gate.PROBE_ROWS)
+    argv, _ = gate.command("cleanrl-acrobot", "reference", gate.REPO, 1.0, sys.executable)
+    assert argv[argv.index("--env-id") + 1] == "Acrobot-v1" and argv[argv.index("--vec") + 1] == "sync"
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize(
+    "row, job",
+    [
+        ("rl-zoo-ppo", ("rl_zoo", "shm", 0.5)),
+        ("rl-zoo-ppo-20k", ("rl_zoo", "shm", 0.5, 20_000)),
+        ("startup-cold", ("startup", 1)),
+        ("startup-warm", ("startup", 2)),
+    ],
+)
+def test_a_child_runs_the_rl_zoo_or_startup_job_of_its_row(monkeypatch, capsys, row, job):
+    calls = []
+    for name in ("rl_zoo", "startup"):
+        monkeypatch.setattr(gate_jobs, name, lambda *a, name=name: calls.append((name, *a)) or {"value": 1.0})
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert gate_jobs.child_main(row, "shm", 0.5, gate.REPO) == 0
+    assert calls == [job] and '"value": 1.0' in capsys.readouterr().out
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize(
+    "impl, scale, timesteps, n",
+    [
+        ("shm", 1.0, None, None),  # RL Zoo's own n_timesteps: no -n, as users run it
+        ("reference", 0.5, None, "50000"),
+        ("shm", 1.0, 20_000, "20000"),
+        ("shm", 1e-4, None, "256"),  # one rollout (8 envs x 32 steps) at least
+    ],
+)
+def test_the_rl_zoo_job_runs_train_py_with_rl_zoos_own_steps(monkeypatch, impl, scale, timesteps, n):
+    pytest.importorskip("rl_zoo3")
+    import rl_zoo3.exp_manager
+    import rl_zoo3.train
+
+    assert gate_jobs.rl_zoo_timesteps() == 100_000  # hyperparams/ppo.yml's CartPole-v1
+    argvs = []
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(rl_zoo3.exp_manager, "SubprocVecEnv", rl_zoo3.exp_manager.SubprocVecEnv)  # restored after
+    monkeypatch.setattr(rl_zoo3.train, "train", lambda: argvs.append(list(sys.argv)))
+    result = gate_jobs.rl_zoo(impl, scale, timesteps)
+    (argv,) = argvs
+    assert argv[argv.index("--vec-env") + 1] == ("dummy" if impl == "reference" else "subproc")
+    assert (argv[argv.index("-n") + 1] if "-n" in argv else None) == n
+    assert result["steps"] == int(n or 100_000) and result["total"] >= 0
+    assert "--eval-freq" not in argv  # RL Zoo's default evaluation (every 25,000 steps) stays
+
+
+@pytest.mark.smoke
+def test_the_startup_job_builds_on_a_fresh_plan_memory_and_restores_the_environment(monkeypatch):
+    monkeypatch.setenv(gate_jobs.PLAN_CACHE_VAR, "off")
+    seen = []
+    build = gate_jobs.startup_build
+
+    def recorded():
+        seen.append(os.environ[gate_jobs.PLAN_CACHE_VAR])
+        assert not os.path.exists(seen[0]) or len(seen) > 1  # the first pool finds no memory
+        return build()
+
+    monkeypatch.setattr(gate_jobs, "startup_build", recorded)
+    result = gate_jobs.startup(2)
+    assert len(seen) == 2 and seen[0] == seen[1] != "off" and os.environ[gate_jobs.PLAN_CACHE_VAR] == "off"
+    assert result["value"] > 0 and result["vec_env"].startswith("ShmPoolVecEnv(num_envs=8")
+    assert result["vec_env"].count("build ") == 2
