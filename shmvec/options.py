@@ -59,6 +59,10 @@ class PoolOptions:
             ``SubprocVecEnv``'s do under forkserver and spawn: everything at the script's top
             runs again in every worker (with torch imported there, ~150 MB and ~0.6 s each).
             Needs a script file (not ``python -c`` or a notebook); no effect under fork.
+        daemon: workers (and the timing process) are daemonic processes (default), as
+            ``SubprocVecEnv``'s; ``False``, as ``AsyncVectorEnv(daemon=False)``, lets an env
+            start ``multiprocessing`` children of its own (a daemonic process may not). Either
+            way a worker exits when this process dies, even by SIGKILL, and ``close()`` ends it.
         timeout: seconds to wait for any answer from the workers before raising
             :class:`~shmvec.errors.StepTimeoutError`; ``None`` waits as long as they live.
             Building the envs at start-up gets at least 30 s.
@@ -134,6 +138,7 @@ class PoolOptions:
     timings: bool = True
     worker_init: Callable[[], Any] | None = None
     import_main: bool = False
+    daemon: bool = True
 
     def __post_init__(self) -> None:
         for name in ("n_workers", "worker_threads", "max_restarts", "n_nodes", "torch_threads"):
@@ -173,6 +178,7 @@ class PoolOptions:
         if self.worker_init is not None and not callable(self.worker_init):
             raise TypeError(f"worker_init must be a callable taking no arguments, got {self.worker_init!r}")
         object.__setattr__(self, "import_main", bool(self.import_main))
+        object.__setattr__(self, "daemon", bool(self.daemon))
         if not isinstance(self.timings, bool):
             raise TypeError(f"timings must be True or False, got {self.timings!r}")
         if self.backend == "local" and self.n_nodes is not None:
@@ -205,7 +211,7 @@ class PoolOptions:
         """Options pickled before ``main_shard`` was renamed load too."""
         if "main_shard" in state:
             state = {("use_main_process" if key == "main_shard" else key): value for key, value in state.items()}
-        self.__dict__.update(state)
+        self.__dict__.update({"daemon": True, **state})  # pickled before daemon existed: as they ran
 
     def workers_for(self, num_envs: int) -> int:
         """The number of worker processes for ``num_envs`` envs (checked); ``n_workers=None``

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -719,3 +721,55 @@ class TorchEnv(gym.Env):
     def step(self, action):
         value = float((self.x @ self.x).relu().sum())
         return np.full(2, value, np.float32), 0.0, False, False, {}
+
+
+class FlushesStdio(gym.Env):
+    """Flushes C stdio when built, as a native library that prints may (what a fork of the caller would write twice)."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self):
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+
+BUILD_LOCK = threading.Lock()  # a library's module lock, which a thread of the caller may hold
+
+
+class TakesBuildLock(FlushesStdio):
+    """Takes :data:`BUILD_LOCK` when built (a fork of a caller whose thread held it would wait for ever)."""
+
+    def __init__(self):
+        with BUILD_LOCK:
+            pass
+
+
+def _live_while_parent_lives() -> None:
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.05)
+
+
+class StartsAChild(FlushesStdio):
+    """Starts a ``multiprocessing`` child when built (a renderer, a simulator launcher), which a
+    daemonic process may not; ``close()`` ends it. The child exits once its parent is gone."""
+
+    def __init__(self):
+        import multiprocessing
+
+        self.child = multiprocessing.get_context("spawn").Process(target=_live_while_parent_lives)
+        self.child.start()
+
+    def close(self):
+        if self.child.is_alive():
+            self.child.terminate()
+            self.child.join()

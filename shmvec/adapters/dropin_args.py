@@ -14,7 +14,6 @@ plain value: the adapters' keywords default to a :class:`Default`, whose ``repr`
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -76,12 +75,9 @@ ASYNC_ARGS_DOC = """
       (Box, Discrete, MultiDiscrete, MultiBinary) through shared memory and the others
       (custom spaces, Graph, Text, ...) through a pipe, whatever the value; the results are
       the same either way, as they are for ``AsyncVectorEnv``.
-    - ``daemon``: ``True`` (default) is what shmvec always does: workers are daemonic
-      processes, and they exit when the main process dies, even by SIGKILL. ``False`` is
-      accepted but cannot be honoured, and warns (``RuntimeWarning``): an env that starts
-      ``multiprocessing`` children of its own fails in a worker ("daemonic processes are
-      not allowed to have children"; ``subprocess`` is fine). Keep such envs in the main
-      process (``n_workers=0``).
+    - ``daemon``: ``True`` (default): workers are daemonic processes. ``False``: they are not,
+      so an env may start ``multiprocessing`` children of its own (a daemonic process may
+      not). Either way they exit when the main process dies, even by SIGKILL.
     - ``worker`` and ``max_concurrency``: only ``None``; shmvec runs its own workers, each
       stepping its envs one after another (``n_workers`` bounds how many run at once).
 """
@@ -138,13 +134,8 @@ def async_vector_env(
             "(n_workers bounds how many envs step at once)"
         )
     # shared_memory: shared memory for fixed-size leaves, a pipe for the rest, always
-    if not args["daemon"]:
-        warnings.warn(
-            f"{owner}(daemon=False) is ignored: its workers are daemonic processes, so an env that starts "
-            "multiprocessing children fails in a worker; keep such envs in the main process (n_workers=0)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    if not args["daemon"]:  # AsyncVectorEnv's daemon is shmvec's pool option of that name
+        pool_options["daemon"] = False
     context = args["context"]
     if context is not None:
         start_method = pool_options.get("start_method")

@@ -10,7 +10,6 @@ command's. The pool holds one link per worker. What each signal publishes:
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import pickle
 import select
@@ -26,8 +25,9 @@ from shmvec.engine.worker import worker_main
 from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import Command, ErrorReport, SendReply, Status, post_word
 from shmvec.ipc.signals import Signal
-from shmvec.processes.lean_start import SCRIPT_WORKER_PREFIX, WORKER_NAME_PREFIX, env_fns_blob, start_without_main
+from shmvec.processes.lean_start import SCRIPT_WORKER_PREFIX, WORKER_NAME_PREFIX, env_fns_blob
 from shmvec.processes.script_setup import WorkerStart
+from shmvec.processes.starters import preload_what_it_names, start_context
 
 LIVENESS_INTERVAL = 0.1  # seconds between checks that every worker is still alive while waiting
 # What the main process still expects from a worker.
@@ -71,11 +71,12 @@ class WorkerLink:
         self._readable.register(parent_conn.fileno(), select.POLLIN)
         self._write_first = _write_first_limit(parent_conn.fileno())
         blob = env_fns_blob(list(env_fns[self.start : self.stop]), env_wrapper)
+        preload_what_it_names(blob)
         names = (self.cmd.name, self.done.name, self.finished.name)
         args = (self.index, child_conn, start.setup, blob, start.log_queue, self.start, self.stop, names, max_spin)
         args += (start.worker_threads, os.getpid(), start.restarts)
         prefix = SCRIPT_WORKER_PREFIX if start.import_main else WORKER_NAME_PREFIX
-        process = ctx.Process(target=worker_main, args=args, daemon=True, name=f"{prefix}{self.index}")
+        process = ctx.Process(target=worker_main, args=args, daemon=start.daemon, name=f"{prefix}{self.index}")
         try:
             process.start()
         except BaseException:
@@ -270,36 +271,5 @@ class ExitWatch:
 
 
 def mp_context(start_method: str) -> Any:
-    """The multiprocessing context that starts workers: without the main script (see
-    :mod:`~shmvec.processes.lean_start`); forkserver preloads the worker module."""
-    start_without_main()
-    ctx = mp.get_context(start_method)
-    if start_method == "forkserver":
-        preload_in_forkserver(keep_main=False)
-    return ctx
-
-
-def preload_in_forkserver(keep_main: bool) -> None:
-    """Have the forkserver import the worker module once, before it forks any worker.
-
-    Otherwise each forkserver worker imports numpy, gymnasium and shmvec itself (~0.1 s of
-    CPU each). Only takes effect if the server has not started yet, so it is also done when
-    shmvec is imported: a server that another library starts first (SB3's SubprocVecEnv)
-    preloads it too. Modules others asked to preload are kept; ``__main__`` only if
-    ``keep_main``: shmvec's workers never import the main script, and a server that did
-    would pay for it (and run a script without the ``__main__`` guard).
-    """
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    if server is None:
-        return
-    preload = list(getattr(server, "_preload_modules", []))
-    wanted = [module for module in preload if keep_main or module != "__main__"]
-    if "shmvec.engine.worker" not in wanted:
-        wanted.append("shmvec.engine.worker")
-    if wanted != preload:  # (CPython 3.13.1+ and 3.14 do import a preloaded __main__ in the server)
-        server.set_forkserver_preload(wanted)
-
-
-preload_in_forkserver(keep_main=True)  # at import: see above
+    """The multiprocessing context that starts workers (:func:`~shmvec.processes.starters.start_context`)."""
+    return start_context(start_method)

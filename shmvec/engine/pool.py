@@ -140,7 +140,7 @@ class ShmPool(LocalStep, WorkerWaits, EngineBase):
         if options.n_workers is not None:
             options.workers_for(self.num_envs)  # an explicit count is checked, then obeyed
         self.worker_start = worker_start(options)  # the script's set-up, taken before the timing run needs it
-        timing = timer(options.start_method, self.worker_start, may_fork=options.worker_init is None)
+        timing = timer(options.start_method, self.worker_start)
         self.plan = plan_pool(options, env_fns, env_wrapper, batch_size, timing)
         self.n_workers, self.main_shard = self.plan.n_workers, self.plan.main_shard
         self.shards = lay.shard_bounds(self.num_envs, self.n_workers + self.main_shard)

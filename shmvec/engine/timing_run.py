@@ -12,14 +12,9 @@ environment), which builds the env, turns off what it would record outside the p
 (:func:`~shmvec.planning.env_timing.time_env_and_machine`), closes it and exits. An explicit
 ``n_workers`` skips all of it.
 
-Where :func:`fork_is_safe`, it is a fork of the caller instead: a copy needs no import (a
-``make_vec_env`` factory imports SB3 and torch: ~1 s a process; RL Zoo makes two pools) and has
-the script's set-up. Safe: no other Python thread (one could hold a lock the copy needs), no
-CUDA started by torch, no library of :data:`FORK_UNSAFE_MODULES`, workers on one OpenMP thread
-(GNU OpenMP's pool, copied from a caller that used it, hangs a parallel region in the copy: the
-copy limits its threads first and keeps torch on one; a ``worker_init``, which may raise them by
-any route, rules the fork out). The copy drops the caller's signal wake-up fd (asyncio's loop
-would run the caller's handler of a signal sent to the copy).
+It is started as workers are (:mod:`~shmvec.processes.starters`): from shmvec's forkserver
+by default, whose preload makes the env factory's modules (SB3 and torch for ``make_vec_env``'s)
+imported already; never as a fork of the caller unless ``start_method="fork"`` was asked for.
 
 The process ends with the caller's need of it: a watchdog thread sees the main process die
 (SIGKILL, the out-of-memory killer) within :data:`PARENT_CHECK_INTERVAL`; then, as when the
@@ -45,20 +40,14 @@ process's KeyboardInterrupt stops them, as above.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
-import gc
-import multiprocessing as mp
 import os
 import pickle
-import re
 import signal
-import sys
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -70,6 +59,7 @@ from shmvec.planning.outside_effects import NotTimed, quieten
 from shmvec.planning.plan_memory import env_identity
 from shmvec.processes.lean_start import SCRIPT_WORKER_PREFIX, WORKER_NAME_PREFIX
 from shmvec.processes.script_setup import WorkerStart, apply
+from shmvec.processes.starters import preload_what_it_names
 
 TIMING_TIMEOUT = 60.0  # seconds the timing process may take (building the env included) before the plan gives up
 TIMING_PROCESS = "timing"  # its name after the worker prefix
@@ -79,68 +69,36 @@ ORPHAN_GRACE = 0.5  # seconds an orphaned timing process gives its env to close 
 DESCENDANT_GRACE = 1.0  # seconds what the env started and did not end has, after SIGTERM, before SIGKILL
 KILL_ROUNDS_TIMEOUT = 2.0  # seconds kill_tree keeps killing what keeps appearing (forks racing the kill)
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
-# Imported, they may have started threads of their own that a fork copies in a state it cannot use
-# (JAX warns of a deadlock at any fork; CUDA cannot be used in a fork): the timing process is then started.
-FORK_UNSAFE_MODULES = ("jax", "tensorflow", "cupy", "numba")
 
 
 class TimingFailed(RuntimeError):
     """The timing process could not time the env (the env raised, or the process died or hung)."""
 
 
-def timer(start_method: str, start: WorkerStart, may_fork: bool = True) -> Callable[[Callable[[], Any]], EnvTiming]:
-    """:func:`time_in_process`: forked where ``may_fork`` (False: a ``worker_init`` runs before the
-    env) and :func:`fork_is_safe`, else started by ``start_method`` as workers with ``start`` are
-    (decided at each timing: threads come and go)."""
-    return functools.partial(time_in_process, start_method, start, may_fork=may_fork)
-
-
-def fork_is_safe(start_method: str, worker_threads: int | None) -> bool:
-    """Whether the timing process may be a fork of this process (see the module's docstring)."""
-    if start_method == "spawn" or worker_threads != 1 or threading.active_count() != 1:
-        return False
-    if any(name in sys.modules for name in FORK_UNSAFE_MODULES):
-        return False
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
-    try:
-        return not (cuda is not None and cuda.is_initialized())
-    except Exception:
-        return False  # a torch stand-in or a broken install: do not guess
-
-
-@contextlib.contextmanager
-def _no_fork_warning() -> Iterator[None]:
-    """Python >= 3.12 warns of a fork in a process with threads (BLAS's and OpenMP's count, and
-    fork_is_safe dealt with them): an ignore filter for that warning alone, put in the list in place,
-    as ``filterwarnings``/``catch_warnings`` would empty every module's record of warnings shown."""
-    entry = ("ignore", re.compile(r"This process \(pid=\d+\) is multi-threaded"), DeprecationWarning, None, 0)
-    warnings.filters.insert(0, entry)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            warnings.filters.remove(entry)
+def timer(start_method: str, start: WorkerStart) -> Callable[[Callable[[], Any]], EnvTiming]:
+    """:func:`time_in_process` with processes started by ``start_method`` as workers with ``start`` are."""
+    return functools.partial(time_in_process, start_method, start)
 
 
 def time_in_process(
-    start_method: str, start: WorkerStart, env_fn: Callable[[], Any], timeout: float | None = None, may_fork=True
+    start_method: str, start: WorkerStart, env_fn: Callable[[], Any], timeout: float | None = None
 ) -> EnvTiming:
     """:func:`~shmvec.planning.env_timing.time_env_and_machine` of ``env_fn``, run in a new
-    process (a fork where ``may_fork`` and :func:`fork_is_safe`, else started by ``start_method`` as a worker with
-    ``start``); raises :class:`TimingFailed`, or :class:`~shmvec.planning.outside_effects.NotTimed`
-    for an env that would be seen. ``timeout``: :data:`TIMING_TIMEOUT` (read at the call) if None."""
+    process started by ``start_method`` as a worker with ``start``; raises :class:`TimingFailed`,
+    or :class:`~shmvec.planning.outside_effects.NotTimed` for an env that would be seen.
+    ``timeout``: :data:`TIMING_TIMEOUT` (read at the call) if None."""
     timeout = TIMING_TIMEOUT if timeout is None else timeout
-    forked = may_fork and fork_is_safe(start_method, start.worker_threads)
-    ctx = mp.get_context("fork") if forked else mp_context(start_method)
+    env_fn_blob = cloudpickle.dumps(env_fn)
+    preload_what_it_names(env_fn_blob)
+    ctx = mp_context(start_method)
     receiver, sender = ctx.Pipe(duplex=False)
     prefix = SCRIPT_WORKER_PREFIX if start.import_main else WORKER_NAME_PREFIX
-    env_fn_blob = None if forked else cloudpickle.dumps(env_fn)  # a fork has it already
-    args = (sender, start.setup, env_fn_blob, start.worker_threads, os.getpid(), env_fn if forked else None)
-    process = ctx.Process(target=_time_here, args=args, daemon=True, name=prefix + TIMING_PROCESS)
-    with _no_fork_warning() if forked else contextlib.nullcontext():
+    args = (sender, start.setup, env_fn_blob, start.worker_threads, os.getpid())
+    process = ctx.Process(target=_time_here, args=args, daemon=start.daemon, name=prefix + TIMING_PROCESS)
+    try:
         process.start()
-    sender.close()
+    finally:
+        sender.close()
     answered = False
     try:
         if not receiver.poll(timeout):
@@ -193,24 +151,12 @@ def _stop(signum, frame) -> None:
         raise _Stop
 
 
-def _time_here(
-    sender: Any,
-    setup_blob: bytes,
-    env_fn_blob: bytes | None,
-    n_threads: int | None,
-    main_pid: int,
-    env_fn: Callable[[], Any] | None = None,
-) -> None:
-    """The timing process: take on the script's set-up, time the env (``env_fn``, in a fork, else
-    unpickled from ``env_fn_blob``), end all it started, send back ``("timed", *EnvTiming)``,
-    ``("not timed", why)`` or ``("failed", the error in a line)``."""
+def _time_here(sender: Any, setup_blob: bytes, env_fn_blob: bytes, n_threads: int | None, main_pid: int) -> None:
+    """The timing process: take on the script's set-up, time the env unpickled from ``env_fn_blob``,
+    end all it started, send back ``("timed", *EnvTiming)``, ``("not timed", why)`` or
+    ``("failed", the error in a line)``."""
     global _stop_armed
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    if env_fn is not None:  # a fork: before anything can run a parallel region (worker_init, the env)
-        signal.set_wakeup_fd(-1)  # the caller's (asyncio's loop): a signal here must not reach its handlers
-        gc.disable()  # the caller's garbage (a pool never closed) is the caller's to finalize, not a copy's
-        limit_threads(n_threads)
-        _keep_torch_on_one_thread()
     _adopt_what_the_env_starts()  # before anything here can start a process
     signal.signal(signal.SIGTERM, _stop)
     _start_orphan_watchdog(main_pid)
@@ -219,7 +165,7 @@ def _time_here(
         try:
             apply(cloudpickle.loads(setup_blob), None)
             limit_threads(n_threads)  # as a worker's: the env is timed as it will run
-            result = _time_quietly(env_fn if env_fn is not None else cloudpickle.loads(env_fn_blob))
+            result = _time_quietly(cloudpickle.loads(env_fn_blob))
         except Exception as exc:
             result = ("failed", f"{type(exc).__name__}: {exc}")
     except _Stop:
@@ -234,15 +180,6 @@ def _time_here(
         pass  # nobody is listening any more
     finally:
         sender.close()
-
-
-def _keep_torch_on_one_thread() -> None:
-    """In a fork: torch stays on the one thread limit_threads gave it. An env that raised it would
-    run its next parallel region on GNU OpenMP's pool copied from the caller, whose threads do not
-    exist here: it would wait for them until the timing's timeout."""
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "set_num_threads"):
-        torch.set_num_threads = lambda n: None
 
 
 def _time_quietly(env_fn: Callable[[], Any]) -> tuple:

@@ -57,12 +57,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import cloudpickle
+
 from shmvec.ipc.signals import MAX_SPIN
 from shmvec.options import PoolOptions
 from shmvec.planning.env_timing import EnvTiming, time_env_and_machine
 from shmvec.planning.machine import available_memory, usable_cpus
 from shmvec.planning.outside_effects import NotTimed
-from shmvec.planning.plan_memory import KEEP_MARGIN, plan_key, recall, remember
+from shmvec.planning.plan_memory import (
+    KEEP_MARGIN,
+    cache_file,
+    factory_key,
+    plan_key,
+    recall,
+    recall_timing,
+    remember,
+    remember_timing,
+)
 from shmvec.processes.script_check import setup_is_shared
 
 logger = logging.getLogger("shmvec")
@@ -377,7 +388,7 @@ def plan_pool(
         plan = explicit(num_envs, cores, options.n_workers, bool(main_shard), max_spin)
     else:
         try:
-            timing = time_env(_wrapped(env_fns[-1], env_wrapper))
+            timing = timing_of(_wrapped(env_fns[-1], env_wrapper), time_env)
         except Exception as exc:  # reported again, properly, when a worker builds it
             k = min(num_envs, cores) - bool(main_shard)
             why = f"not timed, as {exc}" if isinstance(exc, NotTimed) else f"timing env {num_envs - 1} failed: {exc}"
@@ -391,6 +402,25 @@ def plan_pool(
             remember(key, plan.n_workers, plan.main_shard)
     logger.info("shmvec pool of %d envs (%s): %s", num_envs, cpus.why, describe_plan(plan))
     return plan
+
+
+def timing_of(env_fn: Callable[[], Any], time_env: Callable[[Callable[[], Any]], EnvTiming]) -> EnvTiming:
+    """``time_env(env_fn)``, or the timing remembered for the same factory on this machine (see
+    :func:`~shmvec.planning.plan_memory.factory_key`): a run that made this pool before starts no
+    timing process. A timing is remembered only if it found the env's identity."""
+    key = None
+    if cache_file() is not None:
+        try:
+            key = factory_key(cloudpickle.dumps(env_fn))
+        except Exception:
+            key = None  # an env_fn that does not pickle: time_env says why
+    remembered = recall_timing(key)
+    if remembered is not None:
+        return EnvTiming(*remembered)
+    timing = time_env(env_fn)
+    if timing.identity:
+        remember_timing(key, tuple(timing))
+    return timing
 
 
 def _wrapped(env_fn, env_wrapper):

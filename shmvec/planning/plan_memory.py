@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import os
+import pickletools
 import platform
 import re
 import stat
@@ -53,6 +54,9 @@ MAX_BYTES = 2**20  # 200 entries take ~20 kB: a larger file was not written here
 MAX_WORKERS = 4096  # beyond any layout the plan chooses (it starts at most a few hundred workers)
 LOCK_WAIT = 2.0  # seconds a pool's start waits for another process's write before it skips remembering
 LOCK_POLL = 0.002
+LARGE_INT = 2**20  # numbers at least this large are left out of factory_key (seeds), smaller ones kept (sizes, skips)
+MAX_IDENTITY = 8192  # characters of an env's identity kept in a remembered timing
+_INT_OPCODES = {"INT", "LONG", "BININT", "BININT1", "BININT2", "LONG1", "LONG4"}
 _KEY = re.compile(r"[0-9a-f]{24}\Z")  # plan_key's form
 _warned: set[str] = set()  # the causes already logged in this process
 
@@ -95,17 +99,56 @@ def plan_key(identity: str, num_envs: int, cpus: str, restrictions: Any) -> str 
 
 def recall(key: str | None) -> tuple[int, bool] | None:
     """The layout ``(n_workers, main_shard)`` remembered for ``key``, if any."""
-    path = cache_file()
-    if key is None or path is None:
-        return None
-    entry = (_read(path) or {}).get(key)
-    return None if entry is None else (entry["n_workers"], entry["main_shard"])
+    entry = _recall(key)
+    return None if entry is None or "n_workers" not in entry else (entry["n_workers"], entry["main_shard"])
 
 
 def remember(key: str | None, n_workers: int, main_shard: bool) -> None:
     """Remember the layout chosen for ``key`` (under the lock, written atomically; a failure is only logged)."""
+    _remember(key, {"n_workers": n_workers, "main_shard": main_shard, "when": time.time()})
+
+
+def factory_key(pickle_bytes: bytes) -> str | None:
+    """The memory's key for the env an env factory (pickled) builds, on this machine; None if unknown.
+
+    What changes from run to run and not what an env costs is left out: large numbers (a seed
+    drawn at random: RL Zoo draws one per run) and file paths (a log folder numbered per run)."""
+    tokens: list[Any] = []
+    try:
+        for opcode, arg, _ in pickletools.genops(pickle_bytes):
+            if opcode.name in _INT_OPCODES and isinstance(arg, int) and abs(arg) >= LARGE_INT:
+                arg = "<number>"
+            elif isinstance(arg, str) and _is_path(arg):
+                arg = "<path>"
+            tokens.append((opcode.name, arg))
+    except Exception:
+        return None  # not a pickle genops can read: nothing to remember it by
+    machine = [platform.node(), _cpu_model(), sys.version_info[:2], VERSION]
+    blob = repr([machine, tokens]).encode()
+    return hashlib.sha256(blob).hexdigest()[:24]
+
+
+def recall_timing(key: str | None) -> tuple | None:
+    """The fields of the :class:`~shmvec.planning.env_timing.EnvTiming` remembered for ``key``, if any."""
+    entry = _recall(key)
+    return None if entry is None or "timing" not in entry else tuple(entry["timing"])
+
+
+def remember_timing(key: str | None, timing: tuple) -> None:
+    """Remember an env's timing (an ``EnvTiming``) under ``key`` (see :func:`remember`)."""
+    _remember(key, {"timing": list(timing), "when": time.time()})
+
+
+def _recall(key: str | None) -> dict | None:
     path = cache_file()
-    entry = _valid_entry({"n_workers": n_workers, "main_shard": main_shard, "when": time.time()})
+    if key is None or path is None:
+        return None
+    return (_read(path) or {}).get(key)
+
+
+def _remember(key: str | None, entry: dict) -> None:
+    path = cache_file()
+    entry = _valid_entry(entry)
     if key is None or path is None or entry is None or not _KEY.match(key):
         return
     lock = None
@@ -125,6 +168,14 @@ def remember(key: str | None, n_workers: int, main_shard: bool) -> None:
     finally:
         if lock is not None:
             os.close(lock)  # releases the lock
+
+
+def _is_path(text: str) -> bool:
+    """Whether ``text`` names a file or folder: absolute, or relative under a folder that exists here
+    (an env id such as ``"ALE/Pong-v5"`` is neither)."""
+    if os.sep not in text or "\n" in text or len(text) > 4096:
+        return False
+    return os.path.isabs(text) or os.path.isdir(text.split(os.sep, 1)[0])
 
 
 def _lock(path: Path) -> int | None:
@@ -197,17 +248,39 @@ def _read(path: Path) -> dict[str, dict] | None:
 
 
 def _valid_entry(value: Any) -> dict | None:
-    """``value`` as an entry if it is one the plan can use: ``n_workers`` an int in [0, MAX_WORKERS],
-    ``main_shard`` a bool, at least one lane, ``when`` a finite number; else None."""
+    """``value`` as an entry if it is one the plan can use, else None: a layout (``n_workers`` an int
+    in [0, MAX_WORKERS], ``main_shard`` a bool, at least one lane) or a timing (:func:`_valid_timing`),
+    with ``when`` a finite number."""
     if not isinstance(value, dict):
         return None
-    n_workers, main_shard, when = value.get("n_workers"), value.get("main_shard"), value.get("when")
+    when = value.get("when")
+    if not ((type(when) is float and math.isfinite(when)) or (type(when) is int and abs(when) < 2**63)):
+        return None
+    if "timing" in value:
+        timing = _valid_timing(value["timing"])
+        return None if timing is None else {"timing": timing, "when": float(when)}
+    n_workers, main_shard = value.get("n_workers"), value.get("main_shard")
     if type(n_workers) is not int or not 0 <= n_workers <= MAX_WORKERS or type(main_shard) is not bool:
         return None
     if n_workers == 0 and not main_shard:  # no lane at all
         return None
-    finite = (type(when) is float and math.isfinite(when)) or (type(when) is int and abs(when) < 2**63)
-    return {"n_workers": n_workers, "main_shard": main_shard, "when": float(when)} if finite else None
+    return {"n_workers": n_workers, "main_shard": main_shard, "when": float(when)}
+
+
+def _valid_timing(value: Any) -> list | None:
+    """An EnvTiming's fields the plan can use: positive finite seconds and scale, a CPU share in (0, 1],
+    a small count of per-step calls, a bool, an identity string."""
+    if not isinstance(value, list) or len(value) != 6:
+        return None
+    t_env, scale, cpu_share, calls, trains, identity = value
+    numbers = (t_env, scale, cpu_share)
+    if not all(type(x) in (int, float) and math.isfinite(x) and x > 0 for x in numbers) or cpu_share > 1:
+        return None
+    if type(calls) is not int or not 0 <= calls <= 64 or type(trains) is not bool:
+        return None
+    if type(identity) is not str or len(identity) > MAX_IDENTITY:
+        return None
+    return [float(t_env), float(scale), float(cpu_share), calls, trains, identity]
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:

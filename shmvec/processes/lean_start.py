@@ -16,43 +16,20 @@ it does need of the parent's state travels explicitly:
   warnings filters, environment variables, the global random states, the Gymnasium
   registry): :mod:`~shmvec.processes.script_setup`.
 
-:func:`start_without_main` makes multiprocessing leave the main module out of what it
-sends to processes named ``shmvec-worker-*`` (``multiprocessing.spawn.get_preparation_data``,
-which both the spawn and the forkserver starters call); every other process is started
-as before, and so are the workers of a pool made with ``import_main=True``
-(:data:`SCRIPT_WORKER_PREFIX`: they import the script as ``SubprocVecEnv``'s do). Under
-fork a worker inherits the parent's memory, main module included.
+:mod:`~shmvec.processes.starters` leaves the main module out of what multiprocessing
+sends to processes named ``shmvec-worker-*``; the workers of a pool made with
+``import_main=True`` (:data:`SCRIPT_WORKER_PREFIX`) import the script as ``SubprocVecEnv``'s
+do. Under fork (asked for) a worker inherits the parent's memory, main module included.
 """
 
 from __future__ import annotations
 
-import functools
-from multiprocessing import spawn
 from typing import Any
 
 import cloudpickle
 
 WORKER_NAME_PREFIX = "shmvec-worker-"
 SCRIPT_WORKER_PREFIX = "shmvec-script-worker-"  # import_main=True: a worker that imports the main script
-_MAIN_KEYS = ("init_main_from_name", "init_main_from_path")  # what has a child import the parent's __main__
-
-
-def start_without_main() -> None:
-    """From now on, ``shmvec-worker-*`` processes started by spawn or forkserver skip the main module. Idempotent."""
-    original = spawn.get_preparation_data
-    if getattr(original, "_shmvec_lean", False):
-        return
-
-    @functools.wraps(original)
-    def get_preparation_data(name: str) -> dict[str, Any]:
-        data = original(name)
-        if name.startswith(WORKER_NAME_PREFIX):
-            for key in _MAIN_KEYS:
-                data.pop(key, None)
-        return data
-
-    get_preparation_data._shmvec_lean = True  # type: ignore[attr-defined]
-    spawn.get_preparation_data = get_preparation_data
 
 
 def env_fns_blob(env_fns: list, env_wrapper: Any) -> bytes:

@@ -84,6 +84,7 @@ class WorkerStart:
     worker_threads: int | None
     import_main: bool  # it imports the main script (lean_start.SCRIPT_WORKER_PREFIX)
     restarts: int = 0  # the worker's restarts before this start (the restarter sets it): its generators differ
+    daemon: bool = True  # a daemonic process (multiprocessing's flag): False lets its envs start children
 
 
 _pools_made = 0  # by this process: the next pool's index
@@ -113,7 +114,7 @@ def worker_start(options: PoolOptions) -> WorkerStart:
         )
     # Taken here, once per pool whatever its plan: the timing run and the layout change no index.
     setup = capture(options.worker_init, _take_pool_index())
-    return WorkerStart(setup_blob(setup), None, options.worker_threads, import_main)
+    return WorkerStart(setup_blob(setup), None, options.worker_threads, import_main, daemon=options.daemon)
 
 
 def for_workers(start: WorkerStart, options: PoolOptions) -> tuple[WorkerStart, LogRelay]:

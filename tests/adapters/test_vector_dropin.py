@@ -575,16 +575,15 @@ def test_shared_memory_false_changes_nothing(closing):
         assert counts["terminated"] + counts["truncated"] > 0
 
 
-def test_daemon_is_what_shmvec_always_does_and_false_warns(closing):
+@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+def test_daemon_gives_workers_as_async_vector_envs(closing, start_method):
     fns = [start_probe.ProbeEnv] * 2
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        shm = closing(ShmVectorEnv(fns, n_workers=2, start_method="fork", daemon=True))
-    assert shm.get_attr("daemonic") == closing(AsyncVectorEnv(fns, context="fork", daemon=True)).get_attr("daemonic")
-    assert shm.get_attr("daemonic") == (True, True)
-    with pytest.warns(RuntimeWarning, match=r"daemon=False\) is ignored: its workers are daemonic processes"):
-        shm = closing(ShmVectorEnv(fns, n_workers=2, start_method="fork", daemon=False))
-    assert shm.get_attr("daemonic") == (True, True)  # AsyncVectorEnv's would be (False, False)
+    for daemon in (True, False):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            shm = closing(ShmVectorEnv(fns, n_workers=2, start_method=start_method, daemon=daemon))
+        ref = closing(AsyncVectorEnv(fns, context=start_method, daemon=daemon))
+        assert shm.get_attr("daemonic") == ref.get_attr("daemonic") == (daemon, daemon)
 
 
 WRONG_ARGUMENTS = {

@@ -1,0 +1,66 @@
+"""The entry point of shmvec's forkserver (:class:`~shmvec.processes.starters.PrivateForkServer`):
+imports what the processes it forks need, then serves as multiprocessing's forkserver does.
+
+Imports nothing at its top but the standard library: it runs before anything is preloaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import select
+import signal
+import sys
+import threading
+
+
+def main(listener_fd: int, alive_r: int, preload: dict[str, str | None], sys_path: list[str]) -> None:
+    """Serve forks on ``listener_fd`` until ``alive_r`` closes, after importing ``preload``
+    ({module: the file the caller imported its top-level package from}) with ``sys_path``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the terminal is the caller's to handle
+    sys.path[:] = sys_path
+    with _exit_if_orphaned(alive_r):  # a preload that hangs must not outlive the caller
+        for name, origin in preload.items():
+            _import_quietly(name, origin)
+    from multiprocessing import forkserver
+
+    forkserver.main(listener_fd, alive_r, [])  # nothing more to preload
+
+
+def _import_quietly(name: str, origin: str | None) -> None:
+    """Import ``name`` if its top-level package is where the caller found it; a module that fails
+    to import is left to the process that needs it (it raises there, where it can be reported)."""
+    top = name.partition(".")[0]
+    try:
+        if top not in sys.modules and origin is not None:
+            spec = importlib.util.find_spec(top)
+            if spec is None or spec.origin != origin:
+                return  # another file than the caller's: the processes import the caller's themselves
+        importlib.import_module(name)
+    except BaseException:  # noqa: BLE001 - SystemExit and KeyboardInterrupt of a module's top too
+        return
+
+
+class _exit_if_orphaned:
+    """While in the block, a thread exits the process once ``alive_r`` reads end-of-file (the caller
+    is gone); it is joined at the block's end, before the server forks anything."""
+
+    def __init__(self, alive_r: int):
+        self.alive_r = alive_r
+        self.stop_r, self.stop_w = os.pipe()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        ready, _, _ = select.select([self.alive_r, self.stop_r], [], [])
+        if self.alive_r in ready:
+            os._exit(0)
+
+    def __enter__(self) -> None:
+        self.thread.start()
+
+    def __exit__(self, *exc) -> None:
+        os.write(self.stop_w, b"x")
+        self.thread.join()
+        os.close(self.stop_r)
+        os.close(self.stop_w)
