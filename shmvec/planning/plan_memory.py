@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from shmvec.planning.outside_effects import layers
+from shmvec.processes.starters import modules_named_by
 
 CACHE_VAR = "SHMVEC_PLAN_CACHE"
 OFF = ("", "0", "off", "false", "no")
@@ -54,6 +55,7 @@ MAX_BYTES = 2**20  # 200 entries take ~20 kB: a larger file was not written here
 MAX_WORKERS = 4096  # beyond any layout the plan chooses (it starts at most a few hundred workers)
 LOCK_WAIT = 2.0  # seconds a pool's start waits for another process's write before it skips remembering
 LOCK_POLL = 0.002
+TIMING_MAX_AGE = 7 * 24 * 3600.0  # seconds a remembered timing is used before the env is timed again
 LARGE_INT = 2**20  # numbers at least this large are left out of factory_key (seeds), smaller ones kept (sizes, skips)
 MAX_IDENTITY = 8192  # characters of an env's identity kept in a remembered timing
 _INT_OPCODES = {"INT", "LONG", "BININT", "BININT1", "BININT2", "LONG1", "LONG4"}
@@ -112,7 +114,9 @@ def factory_key(pickle_bytes: bytes) -> str | None:
     """The memory's key for the env an env factory (pickled) builds, on this machine; None if unknown.
 
     What changes from run to run and not what an env costs is left out: large numbers (a seed
-    drawn at random: RL Zoo draws one per run) and file paths (a log folder numbered per run)."""
+    drawn at random: RL Zoo draws one per run) and file paths (a log folder numbered per run).
+    What changes the env's code is in: the size and time of change of the files of the modules
+    the pickle names (an edited env module, an upgraded library)."""
     tokens: list[Any] = []
     try:
         for opcode, arg, _ in pickletools.genops(pickle_bytes):
@@ -124,14 +128,27 @@ def factory_key(pickle_bytes: bytes) -> str | None:
     except Exception:
         return None  # not a pickle genops can read: nothing to remember it by
     machine = [platform.node(), _cpu_model(), sys.version_info[:2], VERSION]
-    blob = repr([machine, tokens]).encode()
+    blob = repr([machine, tokens, [_file_stamp(name) for name in modules_named_by(pickle_bytes)]]).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
 
 
 def recall_timing(key: str | None) -> tuple | None:
-    """The fields of the :class:`~shmvec.planning.env_timing.EnvTiming` remembered for ``key``, if any."""
+    """The fields of the :class:`~shmvec.planning.env_timing.EnvTiming` remembered for ``key`` within
+    :data:`TIMING_MAX_AGE`, if any."""
     entry = _recall(key)
-    return None if entry is None or "timing" not in entry else tuple(entry["timing"])
+    if entry is None or "timing" not in entry or not 0 <= time.time() - entry["when"] <= TIMING_MAX_AGE:
+        return None
+    return tuple(entry["timing"])
+
+
+def _file_stamp(name: str) -> tuple:
+    """What tells an edited or upgraded module ``name`` apart: its file's size and time of change."""
+    path = getattr(sys.modules.get(name), "__file__", None)
+    try:
+        info = os.stat(path) if path else None
+    except OSError:
+        info = None
+    return (name, info.st_size, info.st_mtime_ns) if info else (name,)
 
 
 def remember_timing(key: str | None, timing: tuple) -> None:
