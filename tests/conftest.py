@@ -9,7 +9,7 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from tests.helpers import descendant_pids, shm_entries
+from tests.helpers import default_sigint_handler, descendant_pids, shm_entries
 
 # The default plan's memory of earlier layouts (engine/plan_memory) would tie a test's default pools to earlier runs.
 os.environ.setdefault("SHMVEC_PLAN_CACHE", "off")
@@ -87,6 +87,17 @@ def closing():
     yield register
     for env in reversed(envs):
         env.close()
+
+
+@pytest.fixture
+def default_sigint():
+    """Python's own SIGINT handler (KeyboardInterrupt) for the test's duration, however pytest was started
+    (SIGINT ignored, as a background job): for the tests of Ctrl-C (``helpers.default_sigint_handler``).
+
+    Usage: ``@pytest.mark.usefixtures("default_sigint")``, or a module's ``pytestmark``.
+    """
+    with default_sigint_handler():
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -1,15 +1,17 @@
-"""Helpers shared by the test files: one strict comparison, and process / /dev/shm probes.
+"""Helpers shared by the test files: one strict comparison, process / /dev/shm probes, SIGINT's handler.
 
 Fixtures live in ``conftest.py``; this plain module holds what test files import by name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -142,3 +144,23 @@ def shm_entries() -> set[str]:
     our tests fail.
     """
     return set(shm_of(os.getpid()))
+
+
+# -- SIGINT -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def default_sigint_handler() -> Iterator[None]:
+    """Python's own SIGINT handler (Ctrl-C raises ``KeyboardInterrupt``) inside the block; the one found, after.
+
+    Python installs it at start-up only over the kernel's default: a process started with SIGINT
+    ignored (a background job of a script, ``nohup``, many job runners) keeps it ignored, and so
+    would every test that sends a Ctrl-C. A program the block starts (exec resets a handled
+    signal) gets Python's handler too; still, a script a test runs that relies on it installs it
+    itself, as it may be run by hand. The tests' fixture: ``default_sigint`` (conftest.py).
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -253,6 +253,8 @@ def hung_reader() -> dict:
 
 
 if __name__ == "__main__":
+    # Python's own SIGINT handler, however this script was started: a background job inherits SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     scenario = sys.argv[1]
     if scenario == "stuck":
         result = stuck(int(sys.argv[2]), sys.argv[3:] == ["sends"])

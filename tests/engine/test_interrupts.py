@@ -40,6 +40,9 @@ from tests.helpers import REPO
 
 STORM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ctrl_c_storm.py")
 
+# Python's own SIGINT handler in every test, even when pytest was started with SIGINT ignored (a background job)
+pytestmark = pytest.mark.usefixtures("default_sigint")
+
 
 STORM_SECONDS = 2.0  # >= 1,300 interrupts, ~200 steps a storm on the 2-core VM at a load of 4 (floors: 75, 15)
 

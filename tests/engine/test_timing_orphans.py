@@ -271,6 +271,7 @@ def test_what_the_timed_env_started_in_its_group_ends_when_the_timing_process_is
         kill_leftovers(tmp_path)
 
 
+@pytest.mark.usefixtures("default_sigint")  # the Ctrl-C raises KeyboardInterrupt, however pytest was started
 @pytest.mark.parametrize("stage", [*STAGES, "after close"])  # each, every run; what it started, generated
 @settings(max_examples=2, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kinds=st.lists(st.sampled_from(sorted(SIMULATORS)), min_size=1, max_size=4, unique=True))
