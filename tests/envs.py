@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -753,20 +752,14 @@ class TakesBuildLock(FlushesStdio):
             pass
 
 
-def _live_while_parent_lives() -> None:
-    parent = os.getppid()
-    while os.getppid() == parent:
-        time.sleep(0.05)
-
-
 class StartsAChild(FlushesStdio):
     """Starts a ``multiprocessing`` child when built (a renderer, a simulator launcher), which a
-    daemonic process may not; ``close()`` ends it. The child exits once its parent is gone."""
+    daemonic process may not; ``close()`` ends it, and nothing else does."""
 
     def __init__(self):
         import multiprocessing
 
-        self.child = multiprocessing.get_context("spawn").Process(target=_live_while_parent_lives)
+        self.child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(600,))
         self.child.start()
 
     def close(self):

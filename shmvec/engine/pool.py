@@ -50,6 +50,7 @@ A dead worker raises :class:`~shmvec.errors.WorkerDiedError` and breaks the pool
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import functools
 import math
@@ -153,6 +154,8 @@ class ShmPool(LocalStep, WorkerWaits, EngineBase):
         self.caller = CallerThreads(None, False, None, "unchanged")  # the caller's threads (set once started)
         self._res = PoolResources()
         self._finalizer = weakref.finalize(self, finalize_unclosed, self._res)
+        if not options.daemon:  # before multiprocessing's exit handler, which joins non-daemonic workers
+            atexit.register(self._finalizer)
         self.restarter: Restarter | None = None  # restart mode, once started: a death during start-up raises
         try:
             self._start(env_fns, env_wrapper, obs_space_match, obs_buffers)
@@ -371,6 +374,7 @@ class ShmPool(LocalStep, WorkerWaits, EngineBase):
         self.closed = True
         self._res.shutdown()  # idempotent, and resumes a close() that Ctrl-C interrupted
         self._finalizer.detach()
+        atexit.unregister(self._finalizer)
 
     def description(self) -> str:
         return f"{describe_plan(self.plan)}, omp_spin={self.omp_spin!r}, torch_threads={self.caller.description()!r}"

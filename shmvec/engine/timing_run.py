@@ -58,6 +58,7 @@ from shmvec.planning.env_timing import EnvTiming, time_env_and_machine
 from shmvec.planning.outside_effects import NotTimed, quieten
 from shmvec.planning.plan_memory import env_identity
 from shmvec.processes.lean_start import SCRIPT_WORKER_PREFIX, WORKER_NAME_PREFIX
+from shmvec.processes.process_trees import end_descendants, kill_tree, status
 from shmvec.processes.script_setup import WorkerStart, apply
 from shmvec.processes.starters import preload_what_it_names
 
@@ -67,7 +68,6 @@ CLOSE_GRACE = 5.0  # seconds a timing process told to stop (SIGTERM) has to clos
 PARENT_CHECK_INTERVAL = 0.25  # seconds between the timing process's checks that the main process lives
 ORPHAN_GRACE = 0.5  # seconds an orphaned timing process gives its env to close before it exits anyway
 DESCENDANT_GRACE = 1.0  # seconds what the env started and did not end has, after SIGTERM, before SIGKILL
-KILL_ROUNDS_TIMEOUT = 2.0  # seconds kill_tree keeps killing what keeps appearing (forks racing the kill)
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
@@ -230,106 +230,13 @@ def _adopt_what_the_env_starts() -> None:
         pass  # no prctl: orphans go to init, though the main process still ends what stays in the group
 
 
-# ==== process trees ===========================================================================
-
-
-def end_descendants(grace: float) -> None:
-    """End all this process's descendants: SIGTERM, up to ``grace`` seconds to exit, then SIGKILL.
-    As a child subreaper it has every orphan below it as a child, so none is missed."""
-    if not _has_children():
-        return  # the usual case, without a look through /proc
-    for pid in _descendants(os.getpid()):
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while _reap_children() and _descendants(os.getpid()) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    kill_tree(os.getpid())
-    _reap_children()
-
-
-def kill_tree(root: int, root_too: bool = False) -> None:
-    """SIGKILL every live descendant of ``root``, in rounds until none is left (one may fork
-    while the others die), then ``root`` itself if ``root_too``. ``root`` is stopped (SIGSTOP)
-    first: a subreaper that cannot run still adopts, but starts nothing and reaps nothing."""
-    if root_too:
-        _signal(root, signal.SIGSTOP)
-    deadline = time.monotonic() + KILL_ROUNDS_TIMEOUT
-    while True:
-        pids = _descendants(root)
-        if not pids or time.monotonic() > deadline:
-            break
-        for pid in pids:
-            _signal(pid, signal.SIGKILL)
-        if root == os.getpid():
-            _reap_children()
-        time.sleep(0.005)  # SIGKILL lands on the next scheduling of each: a second look sees them dead
-    if root_too:
-        _signal(root, signal.SIGKILL)
-
-
 def _kill_group_left_of(pid: int) -> None:
     """SIGKILL what is left of the process group that the ended timing process ``pid`` led: orphans
     of a timing process killed from outside (they went to init). Its number can be no other group's
     while one of its members lives; it is left alone if ``pid`` is some new process's already."""
-    if _status(pid) is not None:
+    if status(pid) is not None:
         return
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # no group left (the usual case), or it was never made
-
-
-def _descendants(root: int) -> list[int]:
-    """The live (not zombie) descendants of ``root``, parents before children, from ``/proc``."""
-    children: dict[int, list[int]] = {}
-    live = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            status = _status(int(name))
-            if status is not None:
-                state, ppid = status
-                children.setdefault(ppid, []).append(int(name))
-                if state not in "ZX":
-                    live.add(int(name))
-    found, queue = [], [root]
-    while queue:
-        for child in children.get(queue.pop(), ()):
-            found.append(child)
-            queue.append(child)
-    return [pid for pid in found if pid in live]
-
-
-def _status(pid: int) -> tuple[str, int] | None:
-    """(state, parent pid) of process ``pid`` from ``/proc/<pid>/stat``; None if there is none."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold anything
-    except (OSError, IndexError):
-        return None
-    return fields[0].decode(), int(fields[1])
-
-
-def _has_children() -> bool:
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return True
-
-
-def _reap_children() -> bool:
-    """Reap this process's exited children; whether it still has any."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return False
-        if pid == 0:
-            return True
-
-
-def _signal(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass

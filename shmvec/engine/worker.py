@@ -49,6 +49,7 @@ from shmvec.ipc.protocol import (
 )
 from shmvec.ipc.signals import MAX_SPIN, Signal
 from shmvec.processes import script_setup
+from shmvec.processes.process_trees import kill_tree
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 THREAD_ENV_VARS += ("VECLIB_MAXIMUM_THREADS",)
@@ -237,12 +238,14 @@ def _start_orphan_watchdog(parent_alive: Callable[[], bool]) -> None:
     ``step()`` (measured: alive 8 s after the main process was SIGKILLed, burning a core)
     never gets there. A daemon thread does, as Python code releases the GIL every few ms.
     Linux's parent-death signal is no substitute: under forkserver the parent is the
-    server, and it fires when the parent *thread* exits, not the process.
+    server, and it fires when the parent *thread* exits, not the process. The processes its
+    envs started are killed first: none outlives the main process either.
     """
 
     def watch() -> None:
         while parent_alive():
             time.sleep(PARENT_CHECK_INTERVAL)
+        kill_tree(os.getpid())  # what its envs started (a simulator, multiprocessing children) goes with it
         os._exit(ORPHAN_EXIT_CODE)  # nobody is left to clean up for; the OS frees the rest
 
     threading.Thread(target=watch, name="shmvec-orphan-watchdog", daemon=True).start()

@@ -25,27 +25,27 @@ processes: 256 envs waiting 2 ms reached 0.17 of the N/wait limit from one proce
 processes, on 2 cores). The overheads are Python work, so they are scaled by how fast this machine runs Python
 (a reference loop timed in turns with the env, :func:`~shmvec.planning.env_timing.time_env_and_machine`).
 
-The model is that of a training loop, the loop users run: the caller computes (a policy's forward pass)
-between steps, and every step with workers is charged a wake-up (:data:`T_SYNC_BLOCK`) on its critical path:
-workers block through a long forward pass rather than hold its cores, and even spinning through a short one
-they share the cores with the caller's threads (:class:`~shmvec.ipc.protocol.NextWait`); the policy's own
-threads then run slower too (:data:`T_CALLER_TAX`). A few light envs then stay in the main process, where this
-would cost more than the envs' whole step. The plan is made before the caller's first step, so it prices a
-caller whose compute between steps is heavy (SAC's gradient step per env step, a CNN): with a light one (an
-MLP policy) the pool gives torch's threads to the workers' cores (:mod:`~shmvec.processes.caller_threads`), and a
-worker would cost less than this. Calls the caller makes every step are priced from what the env has: an
-``env_method`` round trip each for ``action_masks`` (MaskablePPO) and ``compute_reward`` (HER), and for the
-latter a gradient step between every two steps (:data:`T_TRAINING_CALLER`). Among the candidates within
-:data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env in the main process, and a layout
-chosen before on this machine for this env (:mod:`~shmvec.planning.plan_memory`) within its margin of it.
-When the lanes outnumber the cores nobody spins: every wait blocks.
+The model is that of a training loop, the loop users run: the caller computes (a policy's forward pass) between steps,
+and every step with workers is charged a wake-up (:data:`T_SYNC_BLOCK`) on its critical path: workers block through a
+long forward pass rather than hold its cores, and even spinning through a short one they share the cores with the
+caller's threads (:class:`~shmvec.ipc.protocol.NextWait`); the policy's own threads then run slower too
+(:data:`T_CALLER_TAX`). A few light envs then stay in the main process, where this would cost more than the envs' whole
+step. The plan is made before the caller's first step, so it prices a caller whose compute between steps is heavy
+(SAC's gradient step per env step, a CNN): with a light one (an MLP policy) the pool gives torch's threads to the
+workers' cores (:mod:`~shmvec.processes.caller_threads`), and a worker would cost less than this. Calls the caller
+makes every step are priced from what the env has: an ``env_method`` round trip each for ``action_masks`` (MaskablePPO)
+and ``compute_reward`` (HER), and for the latter a gradient step between every two steps (:data:`T_TRAINING_CALLER`).
+Among the candidates within :data:`ISOLATION_TOLERANCE` of the fastest it prefers those with no env in the main
+process, and a layout chosen before on this machine for this env (:mod:`~shmvec.planning.plan_memory`) within its
+margin of it. When the lanes outnumber the cores nobody spins: every wait blocks. A run that made the pool before
+reuses its timing (:mod:`~shmvec.planning.remembered_timings`).
 
 An explicit ``n_workers=K`` is obeyed as given (``use_main_process`` only if asked); only the wait policy is chosen.
-Everything here but :func:`~shmvec.planning.env_timing.time_env_and_machine` and :func:`usable_cores` is pure:
-:func:`choose` is unit-tested with injected timings and is what ``python -m shmvec.tune`` recommends.
+Everything here but the timing and :func:`usable_cores` is pure: :func:`choose` is unit-tested with injected
+timings and is what ``python -m shmvec.tune`` recommends.
 
-Isolation: only ``n_workers=len(env_fns)`` with ``use_main_process`` left unset (or False) guarantees one env per
-process and no env in the main process; ``n_workers=None`` may step envs in the main process."""
+Isolation: only ``n_workers=len(env_fns)`` with ``use_main_process`` unset (or False) guarantees one env per process
+and no env in the main process; ``n_workers=None`` may step envs in the main process."""
 
 from __future__ import annotations
 
@@ -54,26 +54,15 @@ import logging
 import math
 import resource
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
-
-import cloudpickle
 
 from shmvec.ipc.signals import MAX_SPIN
 from shmvec.options import PoolOptions
 from shmvec.planning.env_timing import EnvTiming, time_env_and_machine
 from shmvec.planning.machine import available_memory, usable_cpus
 from shmvec.planning.outside_effects import NotTimed
-from shmvec.planning.plan_memory import (
-    KEEP_MARGIN,
-    cache_file,
-    factory_key,
-    plan_key,
-    recall,
-    recall_timing,
-    remember,
-    remember_timing,
-)
+from shmvec.planning.plan_memory import KEEP_MARGIN, plan_key, recall, remember
+from shmvec.planning.remembered_timings import timing_of, unpicklable
 from shmvec.processes.script_check import setup_is_shared
 
 logger = logging.getLogger("shmvec")
@@ -112,7 +101,7 @@ ISOLATION_TOLERANCE = 0.05  # give up at most 5 % of predicted speed to keep env
 SHARED_CORE_SPIN = 300e-6
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Plan:
     """How a pool runs: ``n_workers`` processes, maybe a main shard, and how each side waits.
 
@@ -373,22 +362,24 @@ def plan_pool(
     batch_size: int | None = None,
     time_env: Callable[[Callable[[], Any]], EnvTiming] = time_env_and_machine,
 ) -> Plan:
-    """The plan for a pool of ``env_fns`` with ``options``: :func:`explicit` if ``n_workers`` is
-    set, else timed by ``time_env`` (in a throwaway process, :mod:`~shmvec.engine.timing_run`) on the
-    last env's factory (scripts that treat one env apart treat env 0: CleanRL records its episodes),
-    and chosen (:func:`choose`), keeping a layout chosen before near the best (:mod:`~shmvec.planning.plan_memory`).
-    With ``main_shard`` unset, envs go both to the main process and to workers only where they see
-    one set-up there (:func:`~shmvec.processes.script_check.setup_is_shared`). An env that cannot be
-    timed (it raises) or would be seen (rendering to a window, :mod:`~shmvec.planning.outside_effects`)
-    runs in one worker per core: a worker then reports its error with the traceback.
+    """The plan for a pool of ``env_fns`` with ``options``: :func:`explicit` if ``n_workers`` is set, else timed by
+    ``time_env`` (in a throwaway process, :mod:`~shmvec.engine.timing_run`) on the last env's factory (scripts that
+    treat one env apart treat env 0: CleanRL records its episodes), and chosen (:func:`choose`), keeping a layout
+    chosen before near the best (:mod:`~shmvec.planning.plan_memory`). With ``main_shard`` unset, envs go both to
+    the main process and to workers only where they see one set-up there
+    (:func:`~shmvec.processes.script_check.setup_is_shared`). An env that cannot be timed (it raises) or would be
+    seen (rendering to a window, :mod:`~shmvec.planning.outside_effects`) runs in one worker per core (a worker
+    reports its error); one that cannot be pickled, in this process.
     """
     num_envs, cpus = len(env_fns), usable_cpus()
     cores, main_shard, max_spin = cpus.physical, options.main_shard, options.max_spin
     if options.n_workers is not None:
         plan = explicit(num_envs, cores, options.n_workers, bool(main_shard), max_spin)
+    elif main_shard is not False and (why_not := unpicklable(env_fns[-1])):  # in no other process: in this one
+        plan = Plan(0, True, max_spin, max_spin, f"auto, env {num_envs - 1}'s factory cannot be pickled ({why_not})")
     else:
         try:
-            timing = timing_of(_wrapped(env_fns[-1], env_wrapper), time_env)
+            timing = timing_of(_wrapped(env_fns[-1], env_wrapper), time_env, options)
         except Exception as exc:  # reported again, properly, when a worker builds it
             k = min(num_envs, cores) - bool(main_shard)
             why = f"not timed, as {exc}" if isinstance(exc, NotTimed) else f"timing env {num_envs - 1} failed: {exc}"
@@ -402,25 +393,6 @@ def plan_pool(
             remember(key, plan.n_workers, plan.main_shard)
     logger.info("shmvec pool of %d envs (%s): %s", num_envs, cpus.why, describe_plan(plan))
     return plan
-
-
-def timing_of(env_fn: Callable[[], Any], time_env: Callable[[Callable[[], Any]], EnvTiming]) -> EnvTiming:
-    """``time_env(env_fn)``, or the timing remembered for the same factory on this machine (see
-    :func:`~shmvec.planning.plan_memory.factory_key`): a run that made this pool before starts no
-    timing process. A timing is remembered only if it found the env's identity."""
-    key = None
-    if cache_file() is not None:
-        try:
-            key = factory_key(cloudpickle.dumps(env_fn))
-        except Exception:
-            key = None  # an env_fn that does not pickle: time_env says why
-    remembered = recall_timing(key)
-    if remembered is not None:
-        return EnvTiming(*remembered)
-    timing = time_env(env_fn)
-    if timing.identity:
-        remember_timing(key, tuple(timing))
-    return timing
 
 
 def _wrapped(env_fn, env_wrapper):

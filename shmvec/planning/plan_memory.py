@@ -33,7 +33,6 @@ import json
 import logging
 import math
 import os
-import pickletools
 import platform
 import re
 import stat
@@ -44,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from shmvec.planning.outside_effects import layers
-from shmvec.processes.starters import modules_named_by
 
 CACHE_VAR = "SHMVEC_PLAN_CACHE"
 OFF = ("", "0", "off", "false", "no")
@@ -55,10 +53,8 @@ MAX_BYTES = 2**20  # 200 entries take ~20 kB: a larger file was not written here
 MAX_WORKERS = 4096  # beyond any layout the plan chooses (it starts at most a few hundred workers)
 LOCK_WAIT = 2.0  # seconds a pool's start waits for another process's write before it skips remembering
 LOCK_POLL = 0.002
-TIMING_MAX_AGE = 7 * 24 * 3600.0  # seconds a remembered timing is used before the env is timed again
-LARGE_INT = 2**20  # numbers at least this large are left out of factory_key (seeds), smaller ones kept (sizes, skips)
+MAX_SECONDS = 3600.0  # a remembered step time or scale beyond this is not one the timing gives
 MAX_IDENTITY = 8192  # characters of an env's identity kept in a remembered timing
-_INT_OPCODES = {"INT", "LONG", "BININT", "BININT1", "BININT2", "LONG1", "LONG4"}
 _KEY = re.compile(r"[0-9a-f]{24}\Z")  # plan_key's form
 _warned: set[str] = set()  # the causes already logged in this process
 
@@ -94,76 +90,32 @@ def plan_key(identity: str, num_envs: int, cpus: str, restrictions: Any) -> str 
     """The memory's key for a pool of ``num_envs`` envs of ``identity`` on this machine (None: no key)."""
     if not identity:
         return None
-    machine = [platform.node(), _cpu_model(), cpus, sys.version_info[:2], VERSION]
+    machine = [platform.node(), cpu_model(), cpus, sys.version_info[:2], VERSION]
     blob = json.dumps([machine, identity, num_envs, restrictions], default=repr)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
 def recall(key: str | None) -> tuple[int, bool] | None:
     """The layout ``(n_workers, main_shard)`` remembered for ``key``, if any."""
-    entry = _recall(key)
+    entry = recall_entry(key)
     return None if entry is None or "n_workers" not in entry else (entry["n_workers"], entry["main_shard"])
 
 
 def remember(key: str | None, n_workers: int, main_shard: bool) -> None:
     """Remember the layout chosen for ``key`` (under the lock, written atomically; a failure is only logged)."""
-    _remember(key, {"n_workers": n_workers, "main_shard": main_shard, "when": time.time()})
+    remember_entry(key, {"n_workers": n_workers, "main_shard": main_shard, "when": time.time()})
 
 
-def factory_key(pickle_bytes: bytes) -> str | None:
-    """The memory's key for the env an env factory (pickled) builds, on this machine; None if unknown.
-
-    What changes from run to run and not what an env costs is left out: large numbers (a seed
-    drawn at random: RL Zoo draws one per run) and file paths (a log folder numbered per run).
-    What changes the env's code is in: the size and time of change of the files of the modules
-    the pickle names (an edited env module, an upgraded library)."""
-    tokens: list[Any] = []
-    try:
-        for opcode, arg, _ in pickletools.genops(pickle_bytes):
-            if opcode.name in _INT_OPCODES and isinstance(arg, int) and abs(arg) >= LARGE_INT:
-                arg = "<number>"
-            elif isinstance(arg, str) and _is_path(arg):
-                arg = "<path>"
-            tokens.append((opcode.name, arg))
-    except Exception:
-        return None  # not a pickle genops can read: nothing to remember it by
-    machine = [platform.node(), _cpu_model(), sys.version_info[:2], VERSION]
-    blob = repr([machine, tokens, [_file_stamp(name) for name in modules_named_by(pickle_bytes)]]).encode()
-    return hashlib.sha256(blob).hexdigest()[:24]
-
-
-def recall_timing(key: str | None) -> tuple | None:
-    """The fields of the :class:`~shmvec.planning.env_timing.EnvTiming` remembered for ``key`` within
-    :data:`TIMING_MAX_AGE`, if any."""
-    entry = _recall(key)
-    if entry is None or "timing" not in entry or not 0 <= time.time() - entry["when"] <= TIMING_MAX_AGE:
-        return None
-    return tuple(entry["timing"])
-
-
-def _file_stamp(name: str) -> tuple:
-    """What tells an edited or upgraded module ``name`` apart: its file's size and time of change."""
-    path = getattr(sys.modules.get(name), "__file__", None)
-    try:
-        info = os.stat(path) if path else None
-    except OSError:
-        info = None
-    return (name, info.st_size, info.st_mtime_ns) if info else (name,)
-
-
-def remember_timing(key: str | None, timing: tuple) -> None:
-    """Remember an env's timing (an ``EnvTiming``) under ``key`` (see :func:`remember`)."""
-    _remember(key, {"timing": list(timing), "when": time.time()})
-
-
-def _recall(key: str | None) -> dict | None:
+def recall_entry(key: str | None) -> dict | None:
+    """The valid entry remembered for ``key`` (a layout or a timing), if any."""
     path = cache_file()
     if key is None or path is None:
         return None
     return (_read(path) or {}).get(key)
 
 
-def _remember(key: str | None, entry: dict) -> None:
+def remember_entry(key: str | None, entry: dict) -> None:
+    """Remember ``entry`` for ``key``: under the lock, written atomically; a failure is only logged."""
     path = cache_file()
     entry = _valid_entry(entry)
     if key is None or path is None or entry is None or not _KEY.match(key):
@@ -185,14 +137,6 @@ def _remember(key: str | None, entry: dict) -> None:
     finally:
         if lock is not None:
             os.close(lock)  # releases the lock
-
-
-def _is_path(text: str) -> bool:
-    """Whether ``text`` names a file or folder: absolute, or relative under a folder that exists here
-    (an env id such as ``"ALE/Pong-v5"`` is neither)."""
-    if os.sep not in text or "\n" in text or len(text) > 4096:
-        return False
-    return os.path.isabs(text) or os.path.isdir(text.split(os.sep, 1)[0])
 
 
 def _lock(path: Path) -> int | None:
@@ -291,7 +235,7 @@ def _valid_timing(value: Any) -> list | None:
         return None
     t_env, scale, cpu_share, calls, trains, identity = value
     numbers = (t_env, scale, cpu_share)
-    if not all(type(x) in (int, float) and math.isfinite(x) and x > 0 for x in numbers) or cpu_share > 1:
+    if not all(type(x) in (int, float) and 0 < x <= MAX_SECONDS for x in numbers) or cpu_share > 1:
         return None
     if type(calls) is not int or not 0 <= calls <= 64 or type(trains) is not bool:
         return None
@@ -332,7 +276,7 @@ def _ignore(path: Path, cause: str, error: BaseException | None = None) -> None:
     logger.warning("shmvec: the plan memory %s is ignored: %s%s; the plan is made afresh", path, cause, detail)
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:

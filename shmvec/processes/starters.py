@@ -38,9 +38,9 @@ from multiprocessing import connection, forkserver, popen_forkserver, popen_spaw
 from multiprocessing.context import BaseContext, reduction, set_spawning_popen
 from typing import Any
 
+from shmvec.processes.forkserver_main import WORKER_MODULE, command
 from shmvec.processes.lean_start import WORKER_NAME_PREFIX
 
-WORKER_MODULE = "shmvec.engine.worker"  # what every process shmvec starts runs: numpy, gymnasium, shmvec
 MAIN_KEYS = ("init_main_from_name", "init_main_from_path")  # preparation data that import the parent's __main__
 NEVER_PRELOADED = frozenset({"__main__", "__mp_main__", "builtins", "copyreg", "_codecs"})
 
@@ -101,7 +101,6 @@ class PrivateForkServer(forkserver.ForkServer):
 
     def _launch(self) -> None:
         expected = {name: _origin_of(name) for name in self._preload_modules}
-        cmd = "from shmvec.processes.forkserver_main import main; main(%d, %d, %r, %r)"
         with socket.socket(socket.AF_UNIX) as listener:
             address = connection.arbitrary_address("AF_UNIX")
             listener.bind(address)
@@ -110,9 +109,9 @@ class PrivateForkServer(forkserver.ForkServer):
             listener.listen()
             alive_r, alive_w = os.pipe()  # the server exits when this process (the only writer) is gone
             try:
-                cmd %= (listener.fileno(), alive_r, expected, list(sys.path))
+                program = command(listener.fileno(), alive_r, expected, list(sys.path))
                 exe = spawn.get_executable()
-                args = [exe, *util._args_from_interpreter_flags(), "-c", cmd]
+                args = [exe, *util._args_from_interpreter_flags(), "-c", program]
                 pid = util.spawnv_passfds(exe, args, [listener.fileno(), alive_r])
             except BaseException:
                 os.close(alive_w)
@@ -157,10 +156,20 @@ _server_lock = threading.Lock()
 _wanted: list[str] = []  # what the server to start next preloads (the first pool's wish)
 
 
+def _forget_in_a_fork() -> None:
+    """In a fork of this process (the caller's own ``os.fork``): a server and locks of its own, as
+    another thread may have held these at the fork."""
+    global _server, _server_lock
+    _server, _server_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_a_fork)
+
+
 def preload_what_it_names(pickle_bytes: bytes) -> None:
     """Have the server, if not started yet, preload the modules ``pickle_bytes`` names (:func:`modules_named_by`)."""
     with _server_lock:
-        if _server is None or _server._owner != os.getpid():
+        if _server is None:
             _wanted.extend(m for m in modules_named_by(pickle_bytes) if m not in _wanted)
 
 
@@ -168,7 +177,7 @@ def _server_for_start() -> PrivateForkServer:
     """This process's server: started at the first process with the worker module and the wished modules."""
     global _server
     with _server_lock:
-        if _server is None or _server._owner != os.getpid():  # a fork of this process starts its own
+        if _server is None:
             _server = PrivateForkServer([WORKER_MODULE, *(m for m in _wanted if m != WORKER_MODULE)])
         return _server
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 
-import cloudpickle
 import gymnasium as gym
 import pytest
 
@@ -19,7 +18,6 @@ from shmvec.options import PoolOptions
 from shmvec.planning import plan as autoconfig
 from shmvec.planning import plan_memory
 from shmvec.planning.env_timing import EnvTiming
-from shmvec.planning.machine import Cpus
 from shmvec.planning.plan import choose
 from shmvec.processes.script_setup import worker_start
 
@@ -61,18 +59,6 @@ def test_a_layout_the_options_rule_out_is_not_kept():
 
 
 # ==== plan_pool with the memory =====================================================================
-
-
-@pytest.fixture
-def two_cores(monkeypatch):
-    monkeypatch.setattr(autoconfig, "usable_cpus", lambda: Cpus(2, 2, "2 CPUs"))
-
-
-@pytest.fixture
-def memory(tmp_path, monkeypatch):
-    path = tmp_path / "cache" / "plans.json"
-    monkeypatch.setenv(plan_memory.CACHE_VAR, str(path))
-    return path
 
 
 def planned(t_env: float, identity: str = "HalfCheetah-like") -> autoconfig.Plan:
@@ -142,84 +128,3 @@ def test_no_home_folder_means_no_memory(monkeypatch):
     assert plan_memory.cache_file() is None
     monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
     assert str(plan_memory.cache_file()) == "/somewhere/shmvec/plans.json"
-
-
-# ==== the remembered timing: a later run starts no timing process ===================================
-
-
-def make_factory(seed: int, folder: str, env_id: str = "CartPole-v1", frame_skip: int = 4):
-    """A factory as ``make_vec_env``'s: a closure over a seed drawn per run and a log folder numbered per run."""
-
-    def _init():
-        return (env_id, seed, folder, frame_skip)
-
-    return _init
-
-
-def key_of(env_fn) -> str | None:
-    return plan_memory.factory_key(cloudpickle.dumps(env_fn))
-
-
-def test_a_factory_is_known_again_across_seeds_and_log_folders(tmp_path):
-    (tmp_path / "logs").mkdir()
-    first = key_of(make_factory(3_141_592_653, str(tmp_path / "logs" / "run_1")))
-    assert first is not None
-    assert key_of(make_factory(2_718_281_828, str(tmp_path / "logs" / "run_2"))) == first
-    assert key_of(make_factory(3_141_592_653, "logs/run_3")) != first  # relative, but no such folder here
-    assert key_of(make_factory(3_141_592_653, str(tmp_path / "logs" / "run_1"), "Acrobot-v1")) != first
-    assert key_of(make_factory(3_141_592_653, str(tmp_path / "logs" / "run_1"), "ALE/Pong-v5")) != key_of(
-        make_factory(3_141_592_653, str(tmp_path / "logs" / "run_1"), "ALE/Breakout-v5")
-    )  # an env id with a slash is not a path
-    assert key_of(make_factory(3_141_592_653, str(tmp_path / "logs" / "run_1"), frame_skip=1)) != first
-    assert plan_memory.factory_key(b"not a pickle") is None
-
-
-def test_an_edited_env_module_is_timed_again(tmp_path, monkeypatch):
-    (tmp_path / "edited_env.py").write_text("def make():\n    return 1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import edited_env
-
-    before = key_of(edited_env.make)
-    (tmp_path / "edited_env.py").write_text("def make():\n    return 2  # edited\n")
-    assert key_of(edited_env.make) != before
-
-
-def counting_timer(t_env: float, identity: str = "CartPole-like"):
-    calls = []
-
-    def time_env(env_fn):
-        calls.append(env_fn)
-        return EnvTiming(t_env, 1.0, 1.0, identity=identity)
-
-    return time_env, calls
-
-
-def test_a_remembered_timing_skips_the_timing_and_gives_the_same_plan(two_cores, memory, tmp_path):
-    env_fns = [make_factory(123_456_789, str(tmp_path))] * 8
-    time_env, calls = counting_timer(BELOW)
-    first = autoconfig.plan_pool(PoolOptions(), env_fns, time_env=time_env)
-    later = autoconfig.plan_pool(PoolOptions(), [make_factory(987_654_321, str(tmp_path))] * 8, time_env=time_env)
-    assert len(calls) == 1 and later == first
-    unknown, unknown_calls = counting_timer(BELOW, identity="")  # an env the timing could not name: not remembered
-    env_fns = [make_factory(1, str(tmp_path), "Unnamed-v0")] * 8
-    autoconfig.plan_pool(PoolOptions(), env_fns, time_env=unknown)
-    autoconfig.plan_pool(PoolOptions(), env_fns, time_env=unknown)
-    assert len(unknown_calls) == 2
-
-
-def test_an_old_or_damaged_timing_is_not_used(two_cores, memory, tmp_path, monkeypatch):
-    import json
-
-    env_fns = [make_factory(123_456_789, str(tmp_path))] * 8
-    time_env, calls = counting_timer(BELOW)
-    autoconfig.plan_pool(PoolOptions(), env_fns, time_env=time_env)
-    entries = json.loads(memory.read_text())
-    (key,) = [key for key, entry in entries.items() if "timing" in entry]
-    for damaged in ([-1.0, 1.0, 1.0, 0, False, "x"], [1e-5, 1.0, 2.0, 0, False, "x"], [1e-5, 1.0, 1.0, 0, 1, "x"],
-                    [1e-5, 1.0, 1.0, 0, False], "timing", [float("nan")] * 6):  # fmt: skip
-        memory.write_text(json.dumps({key: {"timing": damaged, "when": entries[key]["when"]}}))
-        autoconfig.plan_pool(PoolOptions(), env_fns, time_env=time_env)
-    assert len(calls) == 7  # each damaged entry ignored (and replaced)
-    monkeypatch.setattr(plan_memory.time, "time", lambda: entries[key]["when"] + plan_memory.TIMING_MAX_AGE + 1)
-    autoconfig.plan_pool(PoolOptions(), env_fns, time_env=time_env)
-    assert len(calls) == 8

@@ -258,12 +258,15 @@ PRELOAD_CALLER = """
     start = time.perf_counter()
     with ShmVectorEnv([odd_module.make] * 3, n_workers=None) as envs:  # the timing run, then the plan's layout
         print(repr(envs))
-    with ShmVectorEnv([odd_module.make] * 3, n_workers=3) as envs:
+    with ShmVectorEnv([odd_module.make] * 3, n_workers=3, worker_threads=2, timeout=20) as envs:
         envs.reset(seed=0)
     print("preload", starters._server.preload, round(time.perf_counter() - start, 1))
 """
 
 ODD_MODULES = {
+    "starts-a-thread": "import threading\nLOCK = threading.Lock()\nif sys.argv == ['-c']:\n"
+    "    threading.Thread(target=lambda: LOCK.acquire() and time.sleep(600), daemon=True).start(); time.sleep(0.2)",
+    "runs-openmp": "import torch\ntorch.set_num_threads(2); (torch.ones(512, 512) @ torch.ones(512, 512)).sum()",
     "raises": "if sys.argv == ['-c']: raise RuntimeError('not in a server')",
     "exits": "if sys.argv == ['-c']: os._exit(3)",
     "hangs": "if sys.argv == ['-c']: time.sleep(600)",
@@ -273,15 +276,20 @@ ODD_MODULES = {
 
 @pytest.mark.parametrize("kind", sorted(ODD_MODULES))
 def test_a_preloaded_module_that_fails_or_hangs_or_prints_leaves_a_working_pool(tmp_path, kind):
+    if kind == "runs-openmp":
+        pytest.importorskip("torch")
     source = f"import os, sys, time\n{ODD_MODULES[kind]}\n"
-    source += "from tests.envs import cartpole\n\ndef make():\n    return cartpole()\n"
+    source += "from tests.envs import cartpole\n\ndef make():\n"
+    source += "    with LOCK:\n        pass\n" if kind == "starts-a-thread" else ""
+    source += "    if 'torch' in sys.modules:\n        (torch.ones(512, 512) @ torch.ones(512, 512)).sum()\n"
+    source += "    return cartpole()\n"
     (tmp_path / "odd_module.py").write_text(source)
     done = run_script(tmp_path, PRELOAD_CALLER, timeout=60)
     assert "why='auto: " in done.stdout, done.stdout
     if kind == "prints":  # the caller's import and the server's: not one per process
         assert done.stdout.count("imported odd_module") == 2, done.stdout
         assert "'odd_module'" in done.stdout.splitlines()[-1]
-    if kind in ("exits", "hangs"):  # replaced by a server without it
+    if kind in ("exits", "hangs"):  # replaced by a server without it (one that left threads starts over itself)
         assert "'odd_module'" not in done.stdout.splitlines()[-1], done.stdout
 
 
@@ -376,7 +384,11 @@ def test_ctrl_c_or_sigkill_of_the_caller_while_the_server_starts(tmp_path, inter
 
 
 DAEMON_CALLER = """
-    import os, sys, time
+    import os, sys, time, weakref
+    if {finalize_first}:  # weakref's exit handler registered before multiprocessing's
+        class Anything: pass
+        kept = Anything()
+        weakref.finalize(kept, print)
     sys.path.insert(0, {repo!r})
     from shmvec import ShmVectorEnv
     from tests.envs import StartsAChild
@@ -390,10 +402,15 @@ DAEMON_CALLER = """
 """
 
 
-@pytest.mark.parametrize("forget", [True, False], ids=["close-forgotten", "sigkill"])
-def test_non_daemonic_workers_start_children_and_never_outlive_the_caller(tmp_path, forget):
+@pytest.mark.parametrize(
+    "forget, finalize_first",
+    [(True, False), (True, True), (False, False)],
+    ids=["close-forgotten", "finalize-first", "sigkill"],
+)
+def test_non_daemonic_workers_start_children_and_never_outlive_the_caller(tmp_path, forget, finalize_first):
+    """Nothing the workers' envs started outlives the caller either (an env child that does not watch its parent)."""
     script = tmp_path / "caller.py"
-    script.write_text(textwrap.dedent(DAEMON_CALLER.format(repo=REPO, forget=forget)))
+    script.write_text(textwrap.dedent(DAEMON_CALLER.format(repo=REPO, forget=forget, finalize_first=finalize_first)))
     env = {**os.environ, MARK: str(tmp_path)}
     caller = subprocess.Popen(
         [sys.executable, str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
