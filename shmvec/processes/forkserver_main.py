@@ -33,7 +33,7 @@ def main(listener_fd: int, alive_r: int, preload: dict[str, str | None], sys_pat
     ({module: the file the caller imported its top-level package from}) with ``sys_path``."""
     with _exit_if_orphaned(alive_r):  # a preload that hangs must not outlive the caller
         _import_quietly(WORKER_MODULE, None)
-        threads = _thread_count()  # numpy's BLAS may have started some: those fork as they always have
+        threads = _thread_count() - 1  # less this block's own; numpy's BLAS may have some: they fork as always
         for name, origin in preload.items():
             _import_quietly(name, origin)
     if _thread_count() > threads:  # a module left a thread: forks would copy it (and the locks it holds)
