@@ -11,16 +11,28 @@ Each vector env holds N CartPole envs with those two methods: DummyVecEnv, Subpr
 start method) and ShmPoolVecEnv's default layout. All are alive at once and take turns,
 their order rotated each round; each call is timed alone and the table gives medians in
 µs. ``--other`` measures another checkout in turns with this one instead, one fresh
-process each per round (as ``bench/gate.py`` runs the two trees), shmvec's rows only. Usage::
+process each per round (as ``bench/gate.py`` runs the two trees), shmvec's rows only.
+
+``--in-process``: every env in this process, where a fixed cost of a few µs a call is a few
+percent, below what the table above resolves on a shared machine. ``ShmPoolVecEnv(n_workers=0)``
+and ``DummyVecEnv`` of the same N sb3-contrib ``InvalidActionEnvDiscrete`` (as its MaskablePPO
+tests build it: 80 actions, 60 invalid) live in this process and are timed in alternating blocks
+(as ``bench/in_process.py`` times steps), in this thread's CPU time (``--wall``: wall time);
+only the paired ratio of each block pair is kept, ``DummyVecEnv time / shmvec time`` (below 1:
+shmvec is slower), its median and quartiles.
+Usage::
 
     python bench/rare_calls.py                          # ~30 s on 2 cores
     python bench/rare_calls.py --n 8 --calls 300 --rounds 7
     python bench/rare_calls.py --other /tmp/before      # this checkout against another
+    python bench/rare_calls.py --in-process             # N=1, 4, 8: 40 blocks of 300 calls (~4 min)
+    python bench/rare_calls.py --in-process 8 --blocks 12 --calls 100
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -115,6 +127,88 @@ def measure(
     return {"medians": medians, "reprs": reprs}
 
 
+def masked_env() -> object:
+    """sb3-contrib's ``InvalidActionEnvDiscrete`` as its MaskablePPO tests build it."""
+    from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+
+    return InvalidActionEnvDiscrete(dim=80, n_invalid_actions=60)
+
+
+def in_process_calls() -> dict[str, Callable[[object], object]]:
+    """The calls ``--in-process`` pairs: MaskablePPO's, a wrapper's ``get_attr`` and a ``set_attr``."""
+    return {
+        "masks": lambda env: env.env_method("action_masks"),
+        "spec": lambda env: env.get_attr("spec"),
+        "set": lambda env: env.set_attr("shmvec_bench", 1),
+    }
+
+
+def in_process(
+    n: int,
+    blocks: int,
+    calls: int,
+    names: tuple[str, ...] = ("masks", "spec", "set"),
+    clock: Callable[[], float] = time.thread_time,
+) -> list[dict]:
+    """One row per call of ``names``: ``ShmPoolVecEnv(n_workers=0)`` against ``DummyVecEnv`` (N envs), both
+    in this process, timed in ``blocks`` alternating blocks of ``calls`` calls; µs per call (medians) and
+    the paired ratios ``dummy / shmvec`` of the blocks (median, quartiles).
+
+    ``clock``: this thread's CPU time by default: every env runs in this thread, so that is the whole
+    cost of a call, less the time other processes held the CPU (``time.perf_counter``: wall time).
+    """
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    import shmvec
+
+    # The same env objects in both, so both calls do the same work on the same memory (two sets of
+    # like envs can differ by a few % per action_masks call, by where their objects lie in memory);
+    # none of the calls changes an env's state (set_attr sets the same value again).
+    envs = [masked_env() for _ in range(n)]
+    fns = [lambda env=env: env for env in envs]
+    shm, ref = shmvec.ShmPoolVecEnv(fns, n_workers=0), DummyVecEnv(fns)
+    rows = []
+    try:
+        if shm.get_attr("unwrapped") != ref.get_attr("unwrapped") or shm.get_attr("unwrapped") != envs:
+            raise RuntimeError("the two vector envs hold other envs: their calls would not do the same work")
+
+        def block(call: Callable[[object], object], env: object) -> float:
+            started = clock()
+            for _ in range(calls):
+                call(env)
+            return (clock() - started) * 1e6 / calls
+
+        for name in names:
+            call = in_process_calls()[name]
+            block(call, shm), block(call, ref)  # warm-up
+            shm_us, ref_us = [], []
+            gc.collect()
+            for b in range(blocks):  # alternate which goes first
+                if b % 2 == 0:
+                    shm_us.append(block(call, shm))
+                    ref_us.append(block(call, ref))
+                else:
+                    ref_us.append(block(call, ref))
+                    shm_us.append(block(call, shm))
+            ratios = [r / s for s, r in zip(shm_us, ref_us)]
+            q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+            rows.append(
+                {
+                    "call": name,
+                    "n": n,
+                    "shm_us": statistics.median(shm_us),
+                    "ref_us": statistics.median(ref_us),
+                    "ratio": statistics.median(ratios),
+                    "ratio_q1": q[0],
+                    "ratio_q3": q[-1],
+                }
+            )
+    finally:
+        shm.close()
+        ref.close()
+    return rows
+
+
 def table(medians: dict[str, dict[str, float]], title: str) -> str:
     lines = [
         title,
@@ -130,12 +224,33 @@ def table(medians: dict[str, dict[str, float]], title: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=4, help="envs per vector env (default 4)")
-    p.add_argument("--calls", type=int, default=200, help="calls of each kind per turn (default 200)")
+    p.add_argument("--calls", type=int, help="calls of each kind per turn (default 200; --in-process: per block, 300)")
     p.add_argument("--rounds", type=int, default=5, help="turns of every vector env (default 5)")
     p.add_argument("--start-method", default=None, help="shmvec's and SubprocVecEnv's (default: theirs)")
     p.add_argument("--other", help="measure this other checkout (a directory holding shmvec/) in turns with this one")
+    p.add_argument(
+        "--in-process",
+        type=int,
+        nargs="*",
+        metavar="N",
+        help="every env in this process: shmvec against DummyVecEnv in paired blocks, for these N (default 1 4 8)",
+    )
+    p.add_argument("--blocks", type=int, default=40, help="--in-process: block pairs (default 40)")
+    p.add_argument("--wall", action="store_true", help="--in-process: wall time (default: this thread's CPU time)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.in_process is not None:
+        calls = args.calls or 300
+        print(f"{'call':<6} {'N':>3} {'shmvec µs':>10} {'dummy µs':>9} {'ratio':>6} {'[q1-q3]':>13}")
+        for n in args.in_process or [1, 4, 8]:
+            for row in in_process(n, args.blocks, calls, clock=time.perf_counter if args.wall else time.thread_time):
+                print(
+                    f"{row['call']:<6} {n:>3} {row['shm_us']:>10.1f} {row['ref_us']:>9.1f} {row['ratio']:>6.3f} "
+                    f"[{row['ratio_q1']:.3f}-{row['ratio_q3']:.3f}]",
+                    flush=True,
+                )
+        return 0
+    args.calls = args.calls or 200
     shm = [f"shm k={k}" for k in sorted({1, 2, args.n})]
     if args.child:  # one round of shmvec's rows, for --other
         print(json.dumps(measure(args.n, shm, args.calls, 1, args.start_method)["medians"]))

@@ -37,3 +37,12 @@ def test_every_vector_env_answers_the_calls_alike():
     finally:
         for env in envs.values():
             env.close()
+
+
+@pytest.mark.smoke
+def test_smoke_in_process_pairs():
+    pytest.importorskip("sb3_contrib")
+    rows = rare_calls.in_process(2, blocks=2, calls=3)
+    assert [row["call"] for row in rows] == ["masks", "spec", "set"]
+    assert all(row["n"] == 2 and row["shm_us"] > 0 and row["ref_us"] > 0 and row["ratio"] > 0 for row in rows)
+    assert all(row["ratio_q1"] <= row["ratio"] <= row["ratio_q3"] for row in rows)

@@ -130,6 +130,9 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
             obs_buffers=1 if self.copy else 2,  # zero-copy: the caller reads one buffer while a step writes the other
         )
         self._clock = self._pool.clock  # see timings
+        # before VecEnv.__init__, whose get_attr("render_mode") runs through them
+        self._env_range = range(len(env_fns))
+        self._all_here = bool(getattr(self._pool, "all_here", False))  # no worker: steps and calls are direct calls
         try:
             observation_space = self._pool.single_observation_space
             lay.require_fixed_size(observation_space, "observation", "ShmPoolVecEnv")  # SB3 needs arrays
@@ -152,13 +155,11 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
         except BaseException:
             self._pool.close()
             raise
-        self._env_range = range(self.num_envs)
         # Infos of workers' shared rows come as groups, turned into dicts here; the main shard's
         # are the envs' own dicts, copied (cheaper than a row's round trip for a list of dicts).
         self._pool.collect_info_rows(main_shard=False)
         self.metadata = self._pool.env_metadata  # as DummyVecEnv
         self.n_workers = self._pool.n_workers
-        self._all_here = bool(getattr(self._pool, "all_here", False))  # no worker: steps are direct calls
 
     # -- stepping ------------------------------------------------------------------
 
@@ -303,8 +304,23 @@ class ShmPoolVecEnv(TimingsView, VecEnv):
 
     # -- rare calls ----------------------------------------------------------------
 
-    @timed_call
     def _run(self, op: Callable[[gym.Env], Any], indices: VecEnvIndices) -> list[Any]:
+        """``op(env_i)`` for each env ``indices`` names, in their order: the results."""
+        if self._all_here and self._pool.idle_here():
+            return self._run_here(op, indices)
+        return self._run_held(op, indices)
+
+    def _run_here(self, op: Callable[[gym.Env], Any], indices: VecEnvIndices) -> list[Any]:
+        """Every env in this process: the call as one direct call, as ``DummyVecEnv`` makes it (see
+        :mod:`shmvec.engine.local_step`): the same checks, results and errors, one clock update."""
+        entered = _perf_counter()
+        try:
+            return self._pool.run_here(op, self._env_range if indices is None else self._indices(indices))
+        finally:
+            self._clock.whole_call(entered, _perf_counter())
+
+    @timed_call
+    def _run_held(self, op: Callable[[gym.Env], Any], indices: VecEnvIndices) -> list[Any]:
         targets = self._indices(indices)
         if len(set(targets)) == len(targets):
             results = self._pool.run({i: op for i in targets})

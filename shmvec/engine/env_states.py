@@ -31,6 +31,7 @@ class EnvStates:
     """
 
     pool: Any
+    sent = False  # whether a send (or async reset) ever passed check_can_send: until then every env is held
 
     def __init__(self, num_envs: int):
         self.state = np.full(num_envs, HELD, dtype=np.int8)
@@ -43,13 +44,17 @@ class EnvStates:
         """Whether any env is in flight or queued (the synchronous calls must wait)."""
         if self.fifo:
             return True
+        if not self.sent:  # only synchronous calls so far (an in-process env_method every step: no numpy call)
+            return False
         if not _count_nonzero(self.state):  # the synchronous steps' case: every env held; ~0.2 µs, not ~2
             return False
         return bool((self.state == IN_FLIGHT).any())
 
     def check_can_send(self, env_ids: np.ndarray) -> None:
-        """Raise unless every env of ``env_ids`` is held by the caller (before its action row is written)."""
+        """Raise unless every env of ``env_ids`` is held by the caller (before its action row is written).
+        Every send and async reset calls it before its envs leave the held state."""
         check_held(self.state, env_ids)
+        self.sent = True
 
     def _queue(self, ids: list[int]) -> None:
         """These envs finished, in this order: ``recv`` returns them after those queued before."""

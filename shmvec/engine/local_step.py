@@ -10,10 +10,14 @@ is nothing to post, count or wait for: :meth:`LocalStep.step_here` is the whole 
 direct call, as ``DummyVecEnv`` makes it: no pending state between two calls, no SIGINT
 swap (a Ctrl-C raises where it lands, as it would there; the next call starts from the same
 state whatever line it stopped), and the main shard's envs stepped straight from their rows.
+:meth:`LocalStep.reset_here` and :meth:`LocalStep.run_here` are a reset and a rare call
+(``env_method``, ``get_attr``...) made the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -94,6 +98,17 @@ class LocalStep:
         else:
             return self.pickled.keep_reset_obs(results)
         raise main_shard_error(failure)  # outside the except: the env's own exception, as call_wait raises it
+
+    def run_here(self, op: Callable[[Any], Any], targets: Iterable[int]) -> list[Any]:
+        """``op(env_i)`` for each env index ``i`` of ``targets``, in order, with every env in this process, as
+        one direct call (the caller checked :meth:`idle_here`): the main shard runs them as it runs a
+        :class:`~shmvec.ipc.protocol.RunOps` request, in the order given (an env named twice runs twice, as
+        ``DummyVecEnv`` runs it); the first to raise raises its own exception, as ``run`` raises it."""
+        try:
+            return self.main.run_ops(zip(targets, repeat(op)))
+        except EnvFailed as exc:
+            failure = exc
+        raise main_shard_error(failure)  # outside the except: the env's own exception, as run raises it
 
     def step_records(
         self, main_infos: list[StepInfo], replies: list[list[StepInfo]], rows_infos: bool = True, finals: bool = True

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import operator
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import gymnasium as gym
@@ -328,25 +329,23 @@ class Shard:
         return infos
 
     def handle(self, request: Reset | RunOps) -> dict[int, Any]:
-        """Serve a rare request: a reset or operations on envs.
-
-        A reset replies ``{i: info}``, or ``{i: ResetResult(info, pickled_obs)}`` when the
-        observation space has pickled leaves.
-        """
+        """Serve a rare request: operations on envs reply ``{i: result}``; a reset replies ``{i: info}``,
+        or ``{i: ResetResult(info, pickled_obs)}`` when the observation space has pickled leaves."""
         if not isinstance(request, Reset):
-            return self.run_ops(request)
+            return dict(zip(request.ops, self.run_ops(request.ops.items())))
         self.pickled_out = {}
         infos = self.reset(request)
         if not self._pickled_obs_paths:
             return infos
         return {i: ResetResult(info, self.pickled_out[i]) for i, info in infos.items()}
 
-    def run_ops(self, request: RunOps) -> dict[int, Any]:
-        results = {}
-        i = None
+    def run_ops(self, ops: Iterable[tuple[int, Callable[[gym.Env], Any]]]) -> list[Any]:
+        """``op(env_i)`` for each ``(i, op)`` of ``ops``, in order (an env named twice runs twice): the
+        results. The first op to raise raises ``EnvFailed(i)`` from its exception; those after it do not run."""
+        results, envs, start, i = [], self.envs, self.start, None
         try:
-            for i, op in request.ops.items():
-                results[i] = op(self.envs[i - self.start])
+            for i, op in ops:
+                results.append(op(envs[i - start]))
         except Exception as exc:
             raise EnvFailed(i) from exc
         return results

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
-from shmvec.errors import ResetNeededError
+from shmvec.errors import AlreadyPendingError, ResetNeededError
 
 
 class HandlerSeen(gym.Env):
@@ -286,3 +286,118 @@ def test_disabled_mode_in_process_after_an_async_batch_that_ended_needs_a_reset(
         envs.step(np.zeros(2, np.int64))
     envs.reset(options={"reset_mask": np.array([True, False])})
     envs.step(np.zeros(2, np.int64))
+
+
+class Logged(gym.Env):
+    """Logs every call of its method, in order; one whose ``ident`` is "bad" fails it (an env's own error)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.log, self.ident = [], None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def record(self, x, *, key="k"):
+        if self.ident == "bad":
+            raise ValueError(f"{x} failed")
+        self.log.append((x, key))
+        return (self.ident, x, key, len(self.log))
+
+    def sigint_handler(self):
+        return signal.getsignal(signal.SIGINT)
+
+
+RARE_INDICES = [None, 0, 4, -1, -5, [1, 4], [-1, 0, 2], [2, 2, 0, 2], range(1, 3), (3, 1), np.array([4, 2])]
+RARE_INDICES += [[np.int64(3), np.int32(0)], np.arange(5)[::-2], [], True]
+# (indices, whether DummyVecEnv raises the same type): "a" is shmvec's ValueError (int("a")), its TypeError
+BAD_INDICES = [(5, True), (-6, True), ([0, 5], True), (np.int64(1), True), (1.0, True), ("a", False)]
+
+
+def logged_trio(closing) -> tuple:
+    """(shmvec with every env here, shmvec with a worker, DummyVecEnv), each over 5 fresh ``Logged``
+    envs told apart by ``ident``."""
+    trio = (
+        closing(ShmPoolVecEnv([Logged] * 5, n_workers=0)),
+        closing(ShmPoolVecEnv([Logged] * 5, n_workers=1, start_method="fork")),
+        closing(DummyVecEnv([Logged] * 5)),
+    )
+    for venv in trio:
+        for i in range(5):
+            venv.set_attr("ident", f"env{i}", indices=i)
+    return trio
+
+
+@pytest.mark.parametrize("indices", RARE_INDICES, ids=repr)
+def test_in_process_rare_calls_answer_as_dummyvecenv(indices, closing):
+    """``env_method``, ``get_attr``, ``set_attr``, ``env_is_wrapped``, ``has_attr`` with every env here: the
+    results, their order and each env's calls (an index listed twice runs twice) of DummyVecEnv and of a
+    pool with a worker, for every form of ``indices``."""
+    answers = []
+    for venv in logged_trio(closing):
+        answers.append(
+            (
+                venv.env_method("record", 7, indices=indices),
+                venv.env_method("record", "x", key=np.int16(3), indices=indices),
+                venv.get_attr("ident", indices),
+                venv.env_is_wrapped(gym.Wrapper, indices),
+                venv.set_attr("ident", "new", indices),
+                venv.get_attr("ident"),
+                venv.get_attr("log"),
+                venv.has_attr("log"),
+            )
+        )
+    assert answers[0] == answers[2]
+    assert answers[1] == answers[2]
+
+
+def test_in_process_rare_call_errors_as_before(closing):
+    """Bad indices raise what the general path raises (DummyVecEnv's types but for a string), and an env
+    that fails raises its own exception, noted with its env, once the envs before it ran, and none after."""
+    here, worker, dummy = logged_trio(closing)
+    for bad, alike in BAD_INDICES:
+        errors = []
+        for venv in (here, worker, dummy):
+            with pytest.raises(Exception) as caught:
+                venv.get_attr("ident", bad)
+            errors.append(caught.value)
+        assert (type(errors[0]), str(errors[0])) == (type(errors[1]), str(errors[1])), bad
+        assert (type(errors[0]) is type(errors[2])) is alike, bad
+    for venv in (here, dummy):
+        venv.set_attr("ident", "bad", indices=1)
+    with pytest.raises(ValueError, match="y failed") as caught:
+        here.env_method("record", "y", indices=[0, 1, 3])
+    assert caught.value.env_index == 1 and caught.value.worker_index is None
+    assert "env 1 (main process shard)" in "".join(caught.value.__notes__)
+    with pytest.raises(ValueError, match="y failed"):
+        dummy.env_method("record", "y", indices=[0, 1, 3])
+    assert here.get_attr("log") == dummy.get_attr("log") == [[("y", "k")], [], [], [], []]
+    assert here.get_attr("ident", [0]) == ["env0"]  # still usable
+
+
+def test_an_in_process_rare_call_is_one_direct_call(closing):
+    """With every env here, a rare call makes no request (no SIGINT swap, no pending state) and counts as a
+    call in ``envs.timings``; with a step pending it takes the general path and raises what that raises."""
+    before = signal.signal(signal.SIGINT, own_handler)
+    try:
+        envs = closing(ShmPoolVecEnv([Logged] * 3, n_workers=0))
+        envs.reset()
+        requests, envs._pool.requests = envs._pool.requests, None  # a request would fail here
+        envs.timings.reset()
+        assert envs.env_method("sigint_handler") == [own_handler] * 3
+        assert envs.get_attr("ident", [2, 0]) == [None, None]
+        timings = envs.timings
+        assert timings.calls > 0 and timings.steps == 0
+        envs._pool.requests = requests
+        envs.step_async(np.zeros(3, dtype=np.int64))
+        with pytest.raises(AlreadyPendingError):
+            envs.get_attr("ident")
+        envs.step_wait()
+    finally:
+        signal.signal(signal.SIGINT, before)
