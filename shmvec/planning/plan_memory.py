@@ -72,6 +72,13 @@ def cache_file() -> Path | None:
     return Path(base) / "shmvec" / "plans.json"
 
 
+def timings_file() -> Path | None:
+    """Where remembered timings live: beside the layouts (``plans.timings.json``), in a file of their
+    own, which a release that knows no timings leaves alone."""
+    path = cache_file()
+    return None if path is None else path.with_name(f"{path.stem}.timings{path.suffix or '.json'}")
+
+
 def env_identity(env: Any) -> str:
     """What makes an env cost what it costs, as far as can be told from the built env: its
     registered id and arguments, its class, its wrappers, its spaces."""
@@ -106,17 +113,19 @@ def remember(key: str | None, n_workers: int, main_shard: bool) -> None:
     remember_entry(key, {"n_workers": n_workers, "main_shard": main_shard, "when": time.time()})
 
 
-def recall_entry(key: str | None) -> dict | None:
-    """The valid entry remembered for ``key`` (a layout or a timing), if any."""
-    path = cache_file()
+def recall_entry(key: str | None, path: Path | None = None) -> dict | None:
+    """The valid entry remembered for ``key`` (a layout or a timing) in ``path`` (the memory's file
+    if None), if any."""
+    path = path or cache_file()
     if key is None or path is None:
         return None
     return (_read(path) or {}).get(key)
 
 
-def remember_entry(key: str | None, entry: dict) -> None:
-    """Remember ``entry`` for ``key``: under the lock, written atomically; a failure is only logged."""
-    path = cache_file()
+def remember_entry(key: str | None, entry: dict, path: Path | None = None) -> None:
+    """Remember ``entry`` for ``key`` in ``path`` (the memory's file if None): under the lock, written
+    atomically; a failure is only logged."""
+    path = path or cache_file()
     entry = _valid_entry(entry)
     if key is None or path is None or entry is None or not _KEY.match(key):
         return

@@ -2,8 +2,8 @@
 
 The default plan times one env (:mod:`~shmvec.engine.timing_run`); without a memory, each run
 pays for a process that builds it, ~1.5 s on 2 cores for a ``make_vec_env`` factory, whose
-pickle imports SB3 and torch. The timing is remembered in the plan memory's file
-(:mod:`~shmvec.planning.plan_memory`) under :func:`factory_key`, for
+pickle imports SB3 and torch. The timing is remembered beside the plan memory's file
+(:func:`~shmvec.planning.plan_memory.timings_file`) under :func:`factory_key`, for
 :data:`~shmvec.planning.plan_memory.TIMING_MAX_AGE`; ``SHMVEC_PLAN_CACHE=off`` turns it off
 with the rest of the memory.
 """
@@ -23,7 +23,7 @@ import cloudpickle
 
 from shmvec.options import PoolOptions
 from shmvec.planning.env_timing import EnvTiming
-from shmvec.planning.plan_memory import VERSION, cache_file, cpu_model, recall_entry, remember_entry
+from shmvec.planning.plan_memory import VERSION, cpu_model, recall_entry, remember_entry, timings_file
 from shmvec.processes.starters import modules_named_by
 
 TIMING_MAX_AGE = 7 * 24 * 3600.0  # seconds a remembered timing is used before the env is timed again
@@ -39,7 +39,7 @@ def timing_of(
     this machine (see :func:`~shmvec.planning.plan_memory.factory_key`): a run that made this pool
     before starts no timing process. A timing is remembered only if it found the env's identity."""
     key = None
-    if cache_file() is not None:
+    if timings_file() is not None:
         try:
             key = factory_key(
                 cloudpickle.dumps(env_fn), [options.worker_threads, cloudpickle.dumps(options.worker_init)]
@@ -106,7 +106,7 @@ def _stamp(path: str) -> tuple:
 def recall_timing(key: str | None) -> tuple | None:
     """The fields of the :class:`~shmvec.planning.env_timing.EnvTiming` remembered for ``key`` within
     :data:`TIMING_MAX_AGE`, if any."""
-    entry = recall_entry(key)
+    entry = recall_entry(key, timings_file())
     if entry is None or "timing" not in entry or not 0 <= time.time() - entry["when"] <= TIMING_MAX_AGE:
         return None
     return tuple(entry["timing"])
@@ -120,7 +120,7 @@ def _file_stamp(name: str) -> tuple:
 
 def remember_timing(key: str | None, timing: tuple) -> None:
     """Remember an env's timing (an ``EnvTiming``) under ``key`` (see :func:`remember`)."""
-    remember_entry(key, {"timing": list(timing), "when": time.time()})
+    remember_entry(key, {"timing": list(timing), "when": time.time()}, timings_file())
 
 
 def unpicklable(env_fn: Callable[[], Any]) -> str | None:

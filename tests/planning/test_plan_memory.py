@@ -108,7 +108,8 @@ def test_a_damaged_or_unwritable_memory_is_ignored(two_cores, memory, tmp_path, 
     monkeypatch.setenv(plan_memory.CACHE_VAR, str(blocked / "plans.json"))  # its folder cannot be made
     assert layout(planned(BELOW)) == ALONE
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a file", "cache"]
-    assert sorted(path.name for path in memory.parent.iterdir()) == ["plans.json", "plans.json.lock"]  # no temporary
+    names = sorted(path.name for path in memory.parent.iterdir())
+    assert names == ["plans.json", "plans.json.lock", "plans.timings.json", "plans.timings.json.lock"]  # no temporary
 
 
 def test_the_timing_process_names_the_env_as_this_process_does():

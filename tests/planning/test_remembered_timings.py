@@ -10,6 +10,7 @@ import threading
 
 import cloudpickle
 import gymnasium as gym
+import pytest
 
 from shmvec.options import PoolOptions
 from shmvec.planning import plan as autoconfig
@@ -73,6 +74,9 @@ def test_a_remembered_timing_skips_the_timing_and_gives_the_same_plan(two_cores,
     first = autoconfig.plan_pool(PoolOptions(), env_fns, time_env=time_env)
     later = autoconfig.plan_pool(PoolOptions(), [make_factory(987_654_321, str(tmp_path))] * 8, time_env=time_env)
     assert len(calls) == 1 and later == first
+    memory.write_text("{}")  # the layouts' file rewritten by a release that knows no timings: they stay
+    autoconfig.plan_pool(PoolOptions(), env_fns, time_env=time_env)
+    assert len(calls) == 1
     unknown, unknown_calls = counting_timer(BELOW, identity="")  # an env the timing could not name: not remembered
     env_fns = [make_factory(1, str(tmp_path), "Unnamed-v0")] * 8
     autoconfig.plan_pool(PoolOptions(), env_fns, time_env=unknown)
@@ -80,15 +84,21 @@ def test_a_remembered_timing_skips_the_timing_and_gives_the_same_plan(two_cores,
     assert len(unknown_calls) == 2
 
 
-def test_an_old_or_damaged_timing_is_not_used(two_cores, memory, tmp_path, monkeypatch):
+@pytest.fixture
+def timings(memory):
+    """The file the timings go to, beside the layouts' (which a release without timings rewrites)."""
+    return memory.with_name("plans.timings.json")
+
+
+def test_an_old_or_damaged_timing_is_not_used(two_cores, memory, timings, tmp_path, monkeypatch):
     env_fns = [make_factory(123_456_789, str(tmp_path))] * 8
     time_env, calls = counting_timer(BELOW)
     autoconfig.plan_pool(PoolOptions(), env_fns, time_env=time_env)
-    entries = json.loads(memory.read_text())
+    entries = json.loads(timings.read_text())
     (key,) = [key for key, entry in entries.items() if "timing" in entry]
     for damaged in ([-1.0, 1.0, 1.0, 0, False, "x"], [1e-5, 1.0, 2.0, 0, False, "x"], [1e-5, 1.0, 1.0, 0, 1, "x"],
                     [1e-5, 1.0, 1.0, 0, False], "timing", [float("nan")] * 6):  # fmt: skip
-        memory.write_text(json.dumps({key: {"timing": damaged, "when": entries[key]["when"]}}))
+        timings.write_text(json.dumps({key: {"timing": damaged, "when": entries[key]["when"]}}))
         autoconfig.plan_pool(PoolOptions(), env_fns, time_env=time_env)
     assert len(calls) == 7  # each damaged entry ignored (and replaced)
     monkeypatch.setattr(
@@ -108,13 +118,13 @@ def test_a_factory_that_cannot_be_pickled_runs_in_this_process(two_cores):
     assert "failed" in in_workers.reason  # workers asked for: the first worker's start says why
 
 
-def test_a_remembered_timing_out_of_range_is_not_used(two_cores, memory, tmp_path):
+def test_a_remembered_timing_out_of_range_is_not_used(two_cores, memory, timings, tmp_path):
     env_fns = [make_factory(123_456_789, str(tmp_path))] * 8
     time_env, calls = counting_timer(BELOW)
     autoconfig.plan_pool(PoolOptions(), env_fns, time_env=time_env)
-    entries = json.loads(memory.read_text())
+    entries = json.loads(timings.read_text())
     (key,) = [key for key, entry in entries.items() if "timing" in entry]
-    memory.write_text(json.dumps({key: {"timing": [1.7e308, 1.0, 1.0, 0, False, "x"], "when": entries[key]["when"]}}))
+    timings.write_text(json.dumps({key: {"timing": [1.7e308, 1.0, 1.0, 0, False, "x"], "when": entries[key]["when"]}}))
     autoconfig.plan_pool(PoolOptions(), env_fns, time_env=time_env)  # ValueError from the plan, before the bound
     assert len(calls) == 2
 
