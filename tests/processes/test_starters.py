@@ -64,7 +64,7 @@ def run_script(tmp_path, source: str, *args: str, timeout: float = 90, **format_
         [sys.executable, *args, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert poll_until(lambda: not left_behind(tmp_path), 10), left_behind(tmp_path)
+    assert_nothing_left(tmp_path)
     return done
 
 
@@ -317,6 +317,21 @@ def test_a_module_on_a_sys_path_changed_after_the_server_started_is_found(tmp_pa
     assert "late env stepped" in run_script(tmp_path, LATE_PATH_CALLER).stdout
 
 
+def start_caller(tmp_path, source: str, **format_args) -> subprocess.Popen:
+    """A caller script of ``tmp_path`` running ``source``, marked (see :func:`left_behind`), with
+    Python's own SIGINT handler whoever runs the tests."""
+    script = tmp_path / "caller.py"
+    script.write_text(textwrap.dedent(source.format(repo=REPO, folder=str(tmp_path), **format_args)))
+    return subprocess.Popen(
+        [sys.executable, str(script)], cwd=tmp_path, env={**os.environ, MARK: str(tmp_path)}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+
+
+def assert_nothing_left(tmp_path) -> None:
+    assert poll_until(lambda: not left_behind(tmp_path), 10), left_behind(tmp_path)
+
+
 def left_behind(tmp_path) -> str:
     """The command lines of the processes that a caller script of ``tmp_path`` started and that still run."""
     marker, found = f"{MARK}={tmp_path}\0", []
@@ -360,13 +375,7 @@ def test_ctrl_c_or_sigkill_of_the_caller_while_the_server_starts(tmp_path, inter
         "import sys, time\nif sys.argv == ['-c']: time.sleep(3)\nfrom tests.envs import cartpole\n\n"
         "def make():\n    return cartpole()\n"
     )
-    script = tmp_path / "caller.py"
-    script.write_text(textwrap.dedent(SLOW_START_CALLER.format(repo=REPO, folder=str(tmp_path), interrupt=interrupt)))
-    env = {**os.environ, MARK: str(tmp_path)}
-    caller = subprocess.Popen(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # Python's KeyboardInterrupt, whoever runs us
-    )  # fmt: skip
+    caller = start_caller(tmp_path, SLOW_START_CALLER, interrupt=interrupt)
     try:
         if interrupt:
             out, err = caller.communicate(timeout=60)
@@ -377,7 +386,7 @@ def test_ctrl_c_or_sigkill_of_the_caller_while_the_server_starts(tmp_path, inter
             time.sleep(1.0)  # the server is importing slow_module
             caller.kill()
             caller.wait()
-        assert poll_until(lambda: not left_behind(tmp_path), 10), left_behind(tmp_path)
+        assert_nothing_left(tmp_path)
     finally:
         caller.kill()
         caller.communicate()
@@ -409,12 +418,7 @@ DAEMON_CALLER = """
 )
 def test_non_daemonic_workers_start_children_and_never_outlive_the_caller(tmp_path, forget, finalize_first):
     """Nothing the workers' envs started outlives the caller either (an env child that does not watch its parent)."""
-    script = tmp_path / "caller.py"
-    script.write_text(textwrap.dedent(DAEMON_CALLER.format(repo=REPO, forget=forget, finalize_first=finalize_first)))
-    env = {**os.environ, MARK: str(tmp_path)}
-    caller = subprocess.Popen(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    caller = start_caller(tmp_path, DAEMON_CALLER, forget=forget, finalize_first=finalize_first)
     try:
         line = caller.stdout.readline()
         assert line.startswith("daemonic"), line + caller.stderr.read()
@@ -423,7 +427,7 @@ def test_non_daemonic_workers_start_children_and_never_outlive_the_caller(tmp_pa
         else:
             caller.kill()
             caller.wait()
-        assert poll_until(lambda: not left_behind(tmp_path), 10), left_behind(tmp_path)
+        assert_nothing_left(tmp_path)
     finally:
         caller.kill()
         caller.communicate()
