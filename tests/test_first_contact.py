@@ -209,13 +209,12 @@ def test_the_workers_forkserver_does_not_import_the_script(tmp_path):
     assert result.stdout.count("imported in") == 1, result.stdout
 
 
-def test_a_forkserver_started_by_another_library_first_still_preloads_the_worker_module():
-    """SB3's SubprocVecEnv may start the forkserver before the first pool: from ``import shmvec``
-    on, the server's preload list has the worker module (no per-worker imports of numpy,
-    gymnasium and shmvec), and nothing else changed in it."""
+def test_import_shmvec_leaves_multiprocessings_forkserver_alone():
+    """SB3's SubprocVecEnv, or the script itself, may use multiprocessing's forkserver: ``import shmvec``
+    changes nothing of it (shmvec's processes come from a forkserver of its own)."""
     code = "from multiprocessing import forkserver\nimport shmvec\nprint(forkserver._forkserver._preload_modules)\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT)
-    assert result.stdout.strip() == "['__main__', 'shmvec.engine.worker']", result.stderr
+    assert result.stdout.strip() == "['__main__']", result.stderr
 
 
 UNPICKLABLE_REGISTRATION = """\
@@ -291,21 +290,23 @@ from multiprocessing import forkserver
 import gymnasium as gym
 
 import shmvec
+from shmvec.processes import starters
 
 at_import = list(forkserver._forkserver._preload_modules)
 with shmvec.ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 2, n_workers=1, start_method="forkserver"):
     pass
-print(json.dumps([at_import, list(forkserver._forkserver._preload_modules)]))
+print(json.dumps([at_import, list(forkserver._forkserver._preload_modules), starters._server.preload]))
 """
 
 
-def test_the_forkserver_never_preloads_the_main_script_once_a_pool_starts(tmp_path):
+def test_the_forkserver_never_preloads_the_main_script(tmp_path):
     """Where CPython imports a preloaded ``__main__`` in the forkserver (3.13.1+, 3.14), a guard-less
-    script would run its top level there and every worker would inherit it."""
+    script would run its top level there and every worker would inherit it: shmvec's own server
+    never preloads it, and multiprocessing's keeps what it had."""
     result = run_script(PRELOAD_SCRIPT, tmp_path)
-    at_import, at_pool = json.loads(result.stdout.strip().splitlines()[-1])
-    assert at_import == ["__main__", "shmvec.engine.worker"]  # others' servers keep their own preload
-    assert at_pool == ["shmvec.engine.worker"]
+    at_import, at_pool, shmvecs = json.loads(result.stdout.strip().splitlines()[-1])
+    assert at_import == at_pool == ["__main__"]  # others' servers keep their own preload
+    assert "__main__" not in shmvecs and shmvecs[0] == "shmvec.engine.worker", shmvecs
 
 
 @pytest.mark.parametrize(

@@ -123,7 +123,8 @@ def test_from_kwargs_refuses_an_unknown_keyword_naming_the_owner_and_the_options
     assert str(excinfo.value) == (
         "ShmPoolVecEnv() got an unexpected keyword argument 'n_worker'; pool options are ['n_workers', "
         "'start_method', 'timeout', 'worker_threads', 'max_spin', 'use_main_process', 'on_worker_failure', "
-        "'max_restarts', 'backend', 'n_nodes', 'omp_spin', 'torch_threads', 'timings', 'worker_init', 'import_main']"
+        "'max_restarts', 'backend', 'n_nodes', 'omp_spin', 'torch_threads', 'timings', 'worker_init', 'import_main', "
+        "'daemon']"
     )
 
 
