@@ -18,6 +18,7 @@ factories' pickles name.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -317,15 +319,23 @@ def test_a_module_on_a_sys_path_changed_after_the_server_started_is_found(tmp_pa
     assert "late env stepped" in run_script(tmp_path, LATE_PATH_CALLER).stdout
 
 
-def start_caller(tmp_path, source: str, **format_args) -> subprocess.Popen:
+@contextlib.contextmanager
+def running_caller(tmp_path, source: str, **format_args) -> Iterator[subprocess.Popen]:
     """A caller script of ``tmp_path`` running ``source``, marked (see :func:`left_behind`), with
-    Python's own SIGINT handler whoever runs the tests."""
+    Python's own SIGINT handler whoever runs the tests; once the block is done, nothing it started
+    may be left, and it is killed whatever happened."""
     script = tmp_path / "caller.py"
     script.write_text(textwrap.dedent(source.format(repo=REPO, folder=str(tmp_path), **format_args)))
-    return subprocess.Popen(
+    caller = subprocess.Popen(
         [sys.executable, str(script)], cwd=tmp_path, env={**os.environ, MARK: str(tmp_path)}, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
+    try:
+        yield caller
+        assert_nothing_left(tmp_path)
+    finally:
+        caller.kill()
+        caller.communicate()
 
 
 def assert_nothing_left(tmp_path) -> None:
@@ -375,8 +385,7 @@ def test_ctrl_c_or_sigkill_of_the_caller_while_the_server_starts(tmp_path, inter
         "import sys, time\nif sys.argv == ['-c']: time.sleep(3)\nfrom tests.envs import cartpole\n\n"
         "def make():\n    return cartpole()\n"
     )
-    caller = start_caller(tmp_path, SLOW_START_CALLER, interrupt=interrupt)
-    try:
+    with running_caller(tmp_path, SLOW_START_CALLER, interrupt=interrupt) as caller:
         if interrupt:
             out, err = caller.communicate(timeout=60)
             assert caller.returncode == 0, out + err
@@ -386,10 +395,6 @@ def test_ctrl_c_or_sigkill_of_the_caller_while_the_server_starts(tmp_path, inter
             time.sleep(1.0)  # the server is importing slow_module
             caller.kill()
             caller.wait()
-        assert_nothing_left(tmp_path)
-    finally:
-        caller.kill()
-        caller.communicate()
 
 
 DAEMON_CALLER = """
@@ -418,8 +423,7 @@ DAEMON_CALLER = """
 )
 def test_non_daemonic_workers_start_children_and_never_outlive_the_caller(tmp_path, forget, finalize_first):
     """Nothing the workers' envs started outlives the caller either (an env child that does not watch its parent)."""
-    caller = start_caller(tmp_path, DAEMON_CALLER, forget=forget, finalize_first=finalize_first)
-    try:
+    with running_caller(tmp_path, DAEMON_CALLER, forget=forget, finalize_first=finalize_first) as caller:
         line = caller.stdout.readline()
         assert line.startswith("daemonic"), line + caller.stderr.read()
         if forget:
@@ -427,7 +431,3 @@ def test_non_daemonic_workers_start_children_and_never_outlive_the_caller(tmp_pa
         else:
             caller.kill()
             caller.wait()
-        assert_nothing_left(tmp_path)
-    finally:
-        caller.kill()
-        caller.communicate()
