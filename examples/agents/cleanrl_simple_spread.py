@@ -11,7 +11,8 @@ left out of the update).
     python examples/agents/cleanrl_simple_spread.py --timesteps 4096  # a short run
 
 Prints the mean episode return per agent of the trained policy (greedy) and of a random one, over
-the same seeded episodes. Needs ``pip install 'shmvec[agents]' mpe2 torch``.
+the same seeded episodes. Needs ``pip install ".[sb3,agents]"`` in shmvec's checkout (torch comes
+with SB3; the README says how to get its CPU build).
 """
 
 from __future__ import annotations

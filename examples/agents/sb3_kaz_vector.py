@@ -8,7 +8,7 @@ and PPO's settings are the tutorial's. Its last step, watching two games in a wi
     python examples/agents/sb3_kaz_vector.py                  # the tutorial's 81,920 steps
     python examples/agents/sb3_kaz_vector.py --timesteps 2048 --n-steps 32
 
-Needs ``pip install 'shmvec[sb3,agents]'``.
+Needs ``pip install ".[sb3,agents]"`` in shmvec's checkout (see the README's install).
 """
 
 from __future__ import annotations

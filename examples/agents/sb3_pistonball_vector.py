@@ -10,7 +10,8 @@ run for the tests.
     python examples/agents/sb3_pistonball_vector.py                  # the tutorial's 40,960 steps
     python examples/agents/sb3_pistonball_vector.py --timesteps 640 --n-steps 8
 
-Needs ``pip install 'shmvec[sb3,agents]'`` (Pistonball needs pymunk).
+Needs ``pip install ".[sb3,agents]"`` in shmvec's checkout (see the README's install; the
+``[agents]`` extra brings Pistonball's pymunk).
 """
 
 from __future__ import annotations
