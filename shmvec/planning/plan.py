@@ -135,7 +135,7 @@ class Plan:
 
 
 def describe_plan(plan: Plan) -> str:
-    """``n_workers=1, use_main_process=True, why='...'``: what ``repr()`` of a pool and its adapters shows."""
+    """What ``repr()`` of a pool shows: ``n_workers=1, use_main_process=True`` (rebuilds the layout), ``why=...``."""
     return f"n_workers={plan.n_workers}, use_main_process={plan.main_shard}, why={plan.reason!r}"
 
 
