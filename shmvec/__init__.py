@@ -3,9 +3,10 @@
 - :class:`ShmPoolVecEnv` - a Stable-Baselines3 ``VecEnv`` (needs the ``[sb3]`` extra).
 - :class:`ShmVectorEnv` / :func:`make_vec` - a Gymnasium ``VectorEnv``; :func:`register`
   gives any env id a ``shmvec/`` twin that ``gym.make_vec`` builds as one.
-- :class:`ShmAgentVecEnv` / :func:`concat_vec_envs_v1` - the agents of PettingZoo parallel envs as
-  SB3 ``VecEnv`` slots, SuperSuit's ``concat_vec_envs_v1`` over shmvec (needs the ``[sb3,agents]`` extras);
-  :class:`ShmAgentVectorEnv` - the same slots as a Gymnasium ``VectorEnv``.
+- :func:`concat_vec_envs_v1` - SuperSuit's, over shmvec: the agents of PettingZoo parallel envs as
+  vector slots, with SuperSuit's base classes (``"gymnasium"``: :class:`ShmAgentConcatVecEnv`;
+  ``"stable_baselines3"``: :class:`ShmAgentVecEnv`, an SB3 ``VecEnv``, needs the ``[sb3]`` extra);
+  :class:`ShmAgentVectorEnv` - the same slots as a Gymnasium ``VectorEnv`` of Gymnasium's conventions.
 - :class:`ShmPool` - the engine both adapters share.
 - :class:`TimingsCallback` - ``envs.timings`` in SB3's logger at each rollout's end (needs the ``[sb3]`` extra).
 """
@@ -20,6 +21,7 @@ if not sys.platform.startswith("linux") or sys.version_info < (3, 11):
         f"with Python 3.11 or later; this is {sys.platform!r} with Python {sys.version_info[0]}.{sys.version_info[1]}"
     )
 
+from shmvec.adapters.agents_concat import ShmAgentConcatVecEnv, concat_vec_envs_v1
 from shmvec.adapters.agents_gym import ShmAgentVectorEnv
 from shmvec.adapters.registration import make_vec, register
 from shmvec.adapters.vector import ShmVectorEnv
@@ -45,6 +47,7 @@ from shmvec.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ShmAgentConcatVecEnv",
     "ShmAgentVecEnv",
     "ShmAgentVectorEnv",
     "ShmPool",
@@ -78,10 +81,10 @@ def __getattr__(name: str):
         from shmvec.adapters.sb3 import ShmPoolVecEnv
 
         return ShmPoolVecEnv
-    if name in ("ShmAgentVecEnv", "concat_vec_envs_v1"):
-        from shmvec.adapters import agents_sb3
+    if name == "ShmAgentVecEnv":
+        from shmvec.adapters.agents_sb3 import ShmAgentVecEnv
 
-        return getattr(agents_sb3, name)
+        return ShmAgentVecEnv
     if name == "TimingsCallback":
         from shmvec.tools.sb3_callback import TimingsCallback
 

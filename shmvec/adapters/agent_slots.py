@@ -6,7 +6,7 @@ The observation is a Dict of fixed-size leaves:
 
 - ``obs`` ``(A, *agent_shape)``: each agent's observation; zeros where the agent is absent
   (not in the env, or done while its copy goes on);
-- ``rewards`` ``(A,)`` float32: 0 for an absent agent;
+- ``rewards`` ``(A,)`` float64 (any reward a Python float holds, exactly): 0 for an absent agent;
 - ``terminated``, ``truncated`` ``(A,)``: an agent's flags, kept set once it is done, until
   its copy resets;
 - ``mask`` ``(A,)``: the agent is in the env and not done (it acts next step).
@@ -88,7 +88,7 @@ class AgentSlotsEnv(gym.Env):
         self.observation_space = spaces.Dict(
             {
                 "obs": batch_space(self.agent_observation_space, n),
-                "rewards": spaces.Box(-np.inf, np.inf, (n,), np.float32),
+                "rewards": spaces.Box(-np.inf, np.inf, (n,), np.float64),
                 "terminated": spaces.MultiBinary(n),
                 "truncated": spaces.MultiBinary(n),
                 "mask": spaces.MultiBinary(n),
@@ -124,7 +124,7 @@ class AgentSlotsEnv(gym.Env):
         live = set(self.par_env.agents)
         self._mask = np.fromiter((agent in live for agent in self.possible_agents), bool, n)
         rows = self._rows(observations, "reset")
-        return self._observation(rows, np.zeros(n, np.float32)), self._agent_infos(infos)
+        return self._observation(rows, np.zeros(n, np.float64)), self._agent_infos(infos)
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
         action = np.asarray(action, self._action_dtype)  # as SuperSuit's concatenation casts it
@@ -132,7 +132,7 @@ class AgentSlotsEnv(gym.Env):
         observations, rewards, terms, truncs, infos = self.par_env.step({a: action[index[a]] for a in agents})
         n = self.num_agents
         terminated, truncated = self._terminated.copy(), self._truncated.copy()  # an agent once done stays done
-        reward_row = np.zeros(n, np.float32)
+        reward_row = np.zeros(n, np.float64)
         for agent, value in rewards.items():
             reward_row[index[agent]] = value
         for agent, flag in terms.items():

@@ -1,8 +1,9 @@
 """``ShmAgentVecEnv``: the agents of N PettingZoo ``ParallelEnv`` copies as one SB3 ``VecEnv``.
 
 A drop-in for SuperSuit's ``concat_vec_envs_v1(pettingzoo_env_to_vec_env_v1(env), n, num_cpus,
-base_class="stable_baselines3")`` (:func:`concat_vec_envs_v1`). Slot ``c * A + a`` is agent
-``a`` (of ``possible_agents``) of copy ``c``. Each copy is one :class:`~shmvec.adapters.agent_slots.AgentSlotsEnv`
+base_class="stable_baselines3")`` (:func:`~shmvec.adapters.agents_concat.concat_vec_envs_v1`).
+Slot ``c * A + a`` is agent ``a`` (of ``possible_agents``) of copy ``c``. Each copy is one
+:class:`~shmvec.adapters.agent_slots.AgentSlotsEnv`
 of a :class:`~shmvec.adapters.sb3.ShmPoolVecEnv`, so the engine steps the copies in its workers
 and every agent's observation, reward, flags and mask travel in shared memory; this class
 only reshapes copy rows into slot rows and turns per-copy episode ends into per-slot infos.
@@ -24,7 +25,10 @@ from shmvec.errors import InvalidActionError
 try:
     from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("ShmAgentVecEnv needs stable-baselines3: pip install 'shmvec[sb3,agents]'") from exc
+    raise ImportError(
+        'ShmAgentVecEnv needs stable-baselines3: pip install ".[sb3,agents]" in shmvec\'s checkout, or use '
+        'concat_vec_envs_v1(..., base_class="gymnasium") / ShmAgentVectorEnv'
+    ) from exc
 
 
 class ShmAgentVecEnv(VecEnv):
@@ -122,7 +126,7 @@ class ShmAgentVecEnv(VecEnv):
         n = self.num_envs
         return (
             rows["obs"].reshape(n, *self._zero_obs.shape),
-            rows["rewards"].reshape(n),
+            rows["rewards"].reshape(n).astype(np.float32),  # SuperSuit's rewards: float32
             rows["terminated"].reshape(n).astype(bool),
             rows["truncated"].reshape(n).astype(bool),
             rows["mask"].reshape(n).astype(bool),
@@ -241,18 +245,3 @@ class ShmAgentVecEnv(VecEnv):
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
-
-
-def concat_vec_envs_v1(
-    vec_env: Any, num_vec_envs: int, num_cpus: int | None = None, base_class: str = "stable_baselines3", **options: Any
-) -> ShmAgentVecEnv:
-    """SuperSuit's ``concat_vec_envs_v1(vec_env, num_vec_envs, num_cpus, base_class="stable_baselines3")``
-    over shmvec: ``vec_env`` is ``pettingzoo_env_to_vec_env_v1(env)`` (or the ``ParallelEnv`` itself);
-    ``num_cpus`` worker processes (0: every copy in this process; ``None``, the default: shmvec
-    chooses). ``options``: :class:`ShmAgentVecEnv`'s pool options."""
-    if base_class != "stable_baselines3":
-        raise ValueError(
-            f"shmvec's concat_vec_envs_v1 builds SB3 VecEnvs only: base_class='stable_baselines3', got {base_class!r}"
-        )
-    n_workers = None if num_cpus is None else min(int(num_cpus), int(num_vec_envs))
-    return ShmAgentVecEnv(vec_env, num_vec_envs, n_workers, **options)

@@ -71,7 +71,7 @@ class Reference:
         terminated, truncated = self.done[c][0].copy(), self.done[c][1].copy()
         reward_row = np.zeros(self.A)
         for i, agent in enumerate(self.agents):
-            reward_row[i] = np.float32(rewards.get(agent, 0.0))
+            reward_row[i] = rewards.get(agent, 0.0)  # float64: the env's reward exactly, as SyncVectorEnv's
             terminated[i] |= bool(terms.get(agent, False))
             truncated[i] |= bool(truncs.get(agent, False))
         live = self._live(c)

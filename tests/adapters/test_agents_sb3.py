@@ -13,7 +13,8 @@ import pytest
 
 pytest.importorskip("pettingzoo")
 
-from shmvec.adapters.agents_sb3 import ShmAgentVecEnv, concat_vec_envs_v1  # noqa: E402
+from shmvec.adapters.agents_concat import concat_vec_envs_v1  # noqa: E402
+from shmvec.adapters.agents_sb3 import ShmAgentVecEnv  # noqa: E402
 from shmvec.errors import InvalidActionError, SpaceMismatchError, UnsupportedSpaceError  # noqa: E402
 from tests.agent_envs import DictObsEnv, DyingAgentsEnv, MixedSpacesEnv, PidAgentsEnv  # noqa: E402
 from tests.helpers import gone  # noqa: E402
@@ -140,7 +141,21 @@ def test_supersuits_call_shape_builds_it():
         assert isinstance(env, ShmAgentVecEnv) and env.num_envs == 6 and env.n_workers == 0
         assert env.reset().shape == (6, 4)
     with pytest.raises(ValueError, match="stable_baselines3"):
-        concat_vec_envs_v1(markov, 3, base_class="gymnasium")
+        concat_vec_envs_v1(markov, 3, base_class="stable_baselines")
+
+
+def test_rewards_are_supersuits_float32_of_the_rewards_the_env_gave():
+    env = DyingAgentsEnv(n_agents=2, max_steps=50)
+    mirror = DyingAgentsEnv(n_agents=2, max_steps=50)
+    with ShmAgentVecEnv(env, 1, n_workers=0) as ours:
+        ours.seed(3)
+        ours.reset()
+        mirror.reset(seed=3)
+        for t in range(5):
+            _, rewards, _, _ = ours.step(np.array([t % 3, 1]))
+            theirs = mirror.step({"agent_0": t % 3, "agent_1": 1})[1]
+            assert rewards.dtype == np.float32
+            assert rewards.tolist() == [np.float32(theirs["agent_0"]), np.float32(theirs["agent_1"])]
 
 
 def test_a_factory_builds_each_copy(closing):
