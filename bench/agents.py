@@ -7,21 +7,28 @@ builds them (``base_class="stable_baselines3"``):
 - ``supersuit k=2``: ``num_cpus=2`` (``ProcConcatVec``, two worker processes);
 - ``shmvec``: ``shmvec.concat_vec_envs_v1`` with no ``num_cpus`` (shmvec chooses its layout).
 
-Two numbers each: **bare** stepping (agent steps per second: vector steps x slots / seconds,
-the same pre-drawn random actions for all three, after a warm-up) and the wall time of SB3
-``PPO("MlpPolicy").learn()`` (two rollouts; model construction not timed). Every (env, vector
-env) runs in a fresh process that imports torch first, as a training script does; the three take
-turns, their order rotated each round, and the table gives medians over rounds and ratios:
-SuperSuit's faster / shmvec's (above 1: shmvec is faster).
+Numbers each: **bare** stepping (agent steps per second: vector steps x slots / seconds, the
+same pre-drawn random actions for all, after a warm-up), the wall time of SB3
+``PPO("MlpPolicy").learn()`` (two rollouts; model construction not timed) and of the **job**
+(build + learn + close: what a user waits for, the layout choice and worker start-up included).
+Every (env, vector env) runs in a fresh process that imports torch first, as a training script
+does; they take turns, their order rotated each round, and the tables give medians over rounds
+and ratios: SuperSuit's faster / shmvec's (above 1: shmvec is faster).
+
+Two comparisons, alternating in each round:
+
+- **defaults**: torch's own thread count everywhere, what a user sees (shmvec lowers torch's
+  threads to 1 while the policy is light and workers step, and says so in its ``repr``);
+- **equal threads**: ``torch.set_num_threads(1)`` in every run, what the stepping itself does.
 
 Envs (skipped with the reason when their package is missing): MPE2 ``simple_spread_v3`` (3
 agents), KAZ (``knights_archers_zombies_v11``, vector observations, 4 agents, SuperSuit's
 ``black_death_v3`` as its tutorial: SuperSuit needs it where agents die), ``multiwalker_v9`` (3
 walkers, ``black_death_v3``; needs box2d) and ``pursuit_v5`` (8 pursuers). Usage::
 
-    python bench/agents.py --quick                    # one round, short runs (~2 min on 2 cores)
+    python bench/agents.py --quick                    # one round, short runs (~4 min on 2 cores)
     python bench/agents.py                            # 3 rounds
-    python bench/agents.py --envs simple_spread,kaz --rounds 5
+    python bench/agents.py --envs simple_spread,kaz --rounds 5 --modes equal
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import numpy as np
 
 IMPLS = ("supersuit k=0", "supersuit k=2", "shmvec")
 SUPERSUIT_CPUS = {"supersuit k=0": 0, "supersuit k=2": 2}
+MODES = {"defaults": None, "equal": 1}  # torch.set_num_threads in every run (None: torch's own)
 
 
 @dataclass(frozen=True)
@@ -134,20 +142,29 @@ def learn_seconds(venv, n_steps: int, rollouts: int) -> float:
 
 
 def measure(env_name: str, impl: str, steps: int, warmup: int, n_steps: int, rollouts: int, copies=None) -> dict:
-    """One run of ``impl`` on ``env_name``: bare agent steps/s, ``learn()`` seconds and the vector env's repr."""
+    """Two runs of ``impl`` on ``env_name``: bare agent steps/s over one vector env; then a job
+    (build, ``learn()``, close) over another, its seconds and its ``learn()``'s; and the vector env's repr."""
     venv = build(env_name, impl, copies)
     try:
         result = {"slots": venv.num_envs, "vec_env": repr(getattr(venv, "venv", venv))}
         result["steps_per_s"] = bare_steps_per_second(venv, steps, warmup)
+    finally:
+        venv.close()
+    start = time.perf_counter()
+    venv = build(env_name, impl, copies)
+    try:
         result["learn_s"] = learn_seconds(venv, n_steps, rollouts)
     finally:
         venv.close()
+    result["job_s"] = time.perf_counter() - start
     return result
 
 
-def run_child(env_name: str, impl: str, args: argparse.Namespace) -> dict:
-    """:func:`measure` in a fresh interpreter that imports torch first, as a training script does."""
+def run_child(env_name: str, impl: str, args: argparse.Namespace, threads: int | None = None) -> dict:
+    """:func:`measure` in a fresh interpreter that imports torch first, as a training script does
+    (``threads``: its ``torch.set_num_threads``; None: torch's own)."""
     command = [sys.executable, os.path.abspath(__file__), "--child", env_name, impl, *_sizes(args)]
+    command += [f"--torch-threads={threads}"] if threads else []
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=args.child_timeout)
     if out.returncode != 0:
@@ -161,7 +178,7 @@ def _sizes(args: argparse.Namespace) -> list[str]:
         f"--warmup={args.warmup}",
         f"--n-steps={args.n_steps}",
         f"--rollouts={args.rollouts}",
-    ] + ([f"--torch-threads={args.torch_threads}"] if args.torch_threads else [])
+    ]
 
 
 def rotated(items: tuple[str, ...] | list[str], r: int) -> list[str]:
@@ -171,12 +188,13 @@ def rotated(items: tuple[str, ...] | list[str], r: int) -> list[str]:
 
 
 def summarize(runs: dict[tuple[str, str], list[dict]]) -> dict[str, dict[str, dict]]:
-    """``{env: {impl: {steps_per_s, learn_s (medians), slots, vec_env, rounds}}}``."""
+    """``{env: {impl: {steps_per_s, learn_s, job_s (medians), slots, vec_env, rounds}}}``."""
     out: dict[str, dict[str, dict]] = {}
     for (env_name, impl), found in runs.items():
         out.setdefault(env_name, {})[impl] = {
             "steps_per_s": statistics.median(r["steps_per_s"] for r in found),
             "learn_s": statistics.median(r["learn_s"] for r in found),
+            "job_s": statistics.median(r.get("job_s", float("nan")) for r in found),
             "slots": found[0]["slots"],
             "vec_env": found[0]["vec_env"],
             "rounds": len(found),
@@ -185,18 +203,19 @@ def summarize(runs: dict[tuple[str, str], list[dict]]) -> dict[str, dict[str, di
 
 
 def table(summary: dict[str, dict[str, dict]]) -> str:
-    """Markdown: per env, each vector env's medians and shmvec's ratio to the faster SuperSuit one."""
+    """Markdown: per env, each vector env's medians and shmvec's ratios to the faster SuperSuit one
+    (bare stepping, ``learn()``, the whole job)."""
     header = ["env", "slots", *(f"{i} steps/s" for i in IMPLS), "bare: shmvec / best SuperSuit"]
     header += [*(f"{i} learn s" for i in IMPLS), "learn: best SuperSuit / shmvec"]
+    header += [*(f"{i} job s" for i in IMPLS), "job: best SuperSuit / shmvec"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for env_name, rows in summary.items():
-        fps = [rows[i]["steps_per_s"] if i in rows else float("nan") for i in IMPLS]
-        secs = [rows[i]["learn_s"] if i in rows else float("nan") for i in IMPLS]
-        bare = fps[2] / max(fps[0], fps[1])
-        learn = min(secs[0], secs[1]) / secs[2]
-        slots = next(iter(rows.values()))["slots"]
-        cells = [env_name, str(slots), *(f"{x:,.0f}" for x in fps), f"{bare:.2f}x"]
-        cells += [*(f"{x:.2f}" for x in secs), f"{learn:.2f}x"]
+        cells = [env_name, str(next(iter(rows.values()))["slots"])]
+        for key, faster in (("steps_per_s", max), ("learn_s", min), ("job_s", min)):
+            values = [rows[i][key] if i in rows else float("nan") for i in IMPLS]
+            best = faster(values[0], values[1])
+            ratio = values[2] / best if key == "steps_per_s" else best / values[2]
+            cells += [*(f"{x:,.0f}" if key == "steps_per_s" else f"{x:.2f}" for x in values), f"{ratio:.2f}x"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -210,11 +229,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-steps", type=int, default=128, help="PPO's n_steps (per slot)")
     p.add_argument("--rollouts", type=int, default=2, help="PPO rollouts per learn()")
     p.add_argument(
-        "--torch-threads",
-        type=int,
-        default=None,
-        help="torch.set_num_threads in every run (default: torch's; shmvec lowers it to 1 while the policy is light)",
+        "--modes",
+        default=",".join(MODES),
+        help="comma-separated, of defaults (torch's own threads) and equal (torch at 1 thread in every run)",
     )
+    p.add_argument("--torch-threads", type=int, default=None, help=argparse.SUPPRESS)  # a child's
     p.add_argument(
         "--quick", action="store_true", help="100 steps, PPO rollouts of 32 steps, one round unless --rounds"
     )
@@ -229,6 +248,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [e for e in args.envs if e not in ENVS]
     if unknown:
         p.error(f"unknown envs {unknown}: choose among {', '.join(ENVS)}")
+    args.modes = [m for m in args.modes.split(",") if m]
+    if not args.modes or any(m not in MODES for m in args.modes):
+        p.error(f"--modes: choose among {', '.join(MODES)}, got {args.modes}")
     return args
 
 
@@ -249,25 +271,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipped {why}")
         else:
             envs.append(env_name)
-    runs: dict[tuple[str, str], list[dict]] = {}
+    runs: dict[str, dict[tuple[str, str], list[dict]]] = {mode: {} for mode in args.modes}
     for r in range(args.rounds):
         for env_name in envs:
-            for impl in rotated(IMPLS, r):
-                result = run_child(env_name, impl, args)
-                runs.setdefault((env_name, impl), []).append(result)
-                print(
-                    f"round {r}: {env_name} {impl}: {result['steps_per_s']:,.0f} agent steps/s, "
-                    f"learn {result['learn_s']:.2f} s",
-                    flush=True,
-                )
-    summary = summarize(runs)
-    print(
-        f"\nPettingZoo envs as SB3 vector slots, {os.cpu_count()} CPUs, "
-        f"torch threads: {args.torch_threads or 'its own'}, medians of {args.rounds} rounds "
-        f"(bare: {args.steps} vector steps; learn: PPO, {args.rollouts} rollouts of {args.n_steps} steps)\n"
-    )
-    print(table(summary))
-    print("\n" + "\n".join(f"{e} {i}: {row['vec_env']}" for e, rows in summary.items() for i, row in rows.items()))
+            for mode in rotated(args.modes, r):
+                for impl in rotated(IMPLS, r):
+                    result = run_child(env_name, impl, args, MODES[mode])
+                    runs[mode].setdefault((env_name, impl), []).append(result)
+                    print(
+                        f"round {r}, {mode}: {env_name} {impl}: {result['steps_per_s']:,.0f} agent steps/s, "
+                        f"learn {result['learn_s']:.2f} s, job {result['job_s']:.2f} s",
+                        flush=True,
+                    )
+    for mode in args.modes:
+        summary = summarize(runs[mode])
+        threads = "torch's own" if MODES[mode] is None else f"{MODES[mode]} in every run"
+        print(
+            f"\n{mode}: PettingZoo envs as SB3 vector slots, {os.cpu_count()} CPUs, torch threads: {threads}, "
+            f"medians of {args.rounds} rounds (bare: {args.steps} vector steps; learn: PPO, {args.rollouts} "
+            f"rollouts of {args.n_steps} steps; job: build + learn + close)\n"
+        )
+        print(table(summary))
+        print("\n" + "\n".join(f"{e} {i}: {row['vec_env']}" for e, rows in summary.items() for i, row in rows.items()))
     return 0
 
 

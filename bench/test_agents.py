@@ -15,7 +15,7 @@ def test_each_vector_env_steps_and_learns_on_simple_spread():
     runs = {}
     for impl in agents.IMPLS:
         result = agents.measure("simple_spread", impl, steps=3, warmup=1, n_steps=4, rollouts=1, copies=2)
-        assert result["slots"] == 6 and result["steps_per_s"] > 0 and result["learn_s"] > 0, impl
+        assert result["slots"] == 6 and result["steps_per_s"] > 0 and result["job_s"] > result["learn_s"] > 0, impl
         runs[("simple_spread", impl)] = [result]
     summary = agents.summarize(runs)
     reprs = {impl: row["vec_env"] for impl, row in summary["simple_spread"].items()}
@@ -27,9 +27,17 @@ def test_each_vector_env_steps_and_learns_on_simple_spread():
 
 @pytest.mark.smoke
 def test_the_table_gives_shmvecs_ratio_to_the_faster_supersuit():
-    row = lambda fps, secs: {"steps_per_s": fps, "learn_s": secs, "slots": 24, "vec_env": "", "rounds": 1}
-    summary = {"kaz": {"supersuit k=0": row(100, 4.0), "supersuit k=2": row(200, 5.0), "shmvec": row(300, 2.0)}}
-    assert agents.table(summary).splitlines()[2].split(" | ")[5:] == ["1.50x", "4.00", "5.00", "2.00", "2.00x |"]
+    row = lambda fps, secs, job: {"steps_per_s": fps, "learn_s": secs, "job_s": job, "slots": 24, "vec_env": ""}
+    summary = {
+        "kaz": {"supersuit k=0": row(100, 4.0, 5.0), "supersuit k=2": row(200, 5.0, 9.0), "shmvec": row(300, 2.0, 4.0)}
+    }
+    cells = agents.table(summary).splitlines()[2].split(" | ")
+    assert cells[5:10] == ["1.50x", "4.00", "5.00", "2.00", "2.00x"] and cells[10:] == [
+        "5.00",
+        "9.00",
+        "4.00",
+        "1.25x |",
+    ]
 
 
 @pytest.mark.smoke
@@ -38,5 +46,10 @@ def test_rounds_rotate_the_order_and_unknown_envs_are_refused():
     args = agents.parse_args(["--quick", "--envs", "kaz,pursuit"])
     assert (args.rounds, args.steps, args.envs) == (1, 100, ["kaz", "pursuit"])
     assert agents.parse_args(["--quick", "--rounds", "3"]).rounds == 3 and agents.parse_args([]).rounds == 3
+    assert agents.parse_args([]).modes == ["defaults", "equal"] and agents.parse_args(["--modes", "equal"]).modes == [
+        "equal"
+    ]
+    with pytest.raises(SystemExit):
+        agents.parse_args(["--modes", "fast"])
     with pytest.raises(SystemExit):
         agents.parse_args(["--envs", "simple_tag"])
