@@ -2,8 +2,7 @@
 
 The tutorial (PettingZoo's ``tutorials/SB3/pistonball/sb3_pistonball_vector.py``) with one line
 changed: ``ss.concat_vec_envs_v1`` became ``shmvec.concat_vec_envs_v1``; the env, its SuperSuit
-wrappers and PPO's settings are the tutorial's. The tutorial leaves ``env.close()`` out, as
-SuperSuit's close can crash; shmvec's does not, so it is back. Its last step, watching two games in
+wrappers and PPO's settings are the tutorial's. Its last step, watching two games in
 a window, is left out (``--watch`` brings it back); ``--timesteps`` and ``--n-steps`` shorten a
 run for the tests.
 
