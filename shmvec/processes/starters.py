@@ -299,9 +299,11 @@ def start_context(start_method: str) -> Any:
     raise ValueError(f"cannot find context for {start_method!r}")
 
 
-def modules_named_by(pickle_bytes: bytes) -> list[str]:
+def modules_named_by(pickle_bytes: bytes, _depth: int = 0) -> list[str]:
     """The modules of this process that a pickle names (its globals' modules, cloudpickle's
-    ``subimport`` of modules), in order: what unpickling it imports. Not ``__main__``."""
+    ``subimport`` of modules), in order: what unpickling it imports. Not ``__main__``. A pickle
+    held inside as bytes (agent slots carry their env's) is read too: unpickled in the worker,
+    it imports as much."""
     found: dict[str, None] = {}
     if not pickle_bytes:
         return []
@@ -311,6 +313,8 @@ def modules_named_by(pickle_bytes: bytes) -> list[str]:
                 name = arg.partition(" ")[0]  # GLOBAL's "module qualname"
                 if name in sys.modules and name not in NEVER_PRELOADED and _origin_of(name):
                     found[name] = None
+            elif isinstance(arg, bytes) and arg[:1] == b"\x80" and _depth < 2:  # PROTO: a pickle's first opcode
+                found.update(dict.fromkeys(modules_named_by(arg, _depth + 1)))
     except Exception:
         pass  # an odd pickle: what was found so far
     return list(found)

@@ -248,6 +248,16 @@ def test_the_server_preloads_the_modules_a_pickle_names():
     assert starters.modules_named_by(b"not a pickle") == []
 
 
+def test_a_pickle_held_inside_a_pickle_names_its_modules_too():
+    # agent slots carry their env pickled: unpickled in the worker, it imports the env's modules
+    import pickle
+    import threading
+
+    inner = pickle.dumps(threading.Event)
+    assert "threading" in starters.modules_named_by(pickle.dumps({"env": inner}))
+    assert "threading" not in starters.modules_named_by(pickle.dumps({"env": b"\x80 not a pickle"}))
+
+
 PRELOAD_CALLER = """
     import sys, time
     sys.path.insert(0, {repo!r})
