@@ -102,7 +102,7 @@ class AgentSlotsEnv(gym.Env):
         self.render_mode = getattr(par_env, "render_mode", None)
         self._terminated = np.zeros(n, np.int8)
         self._truncated = np.zeros(n, np.int8)
-        self._mask = np.zeros(n, bool)
+        self._set_mask(np.zeros(n, bool))
 
     @property
     def num_agents(self) -> int:
@@ -122,26 +122,31 @@ class AgentSlotsEnv(gym.Env):
         n = self.num_agents
         self._terminated, self._truncated = np.zeros(n, np.int8), np.zeros(n, np.int8)
         live = set(self.par_env.agents)
-        self._mask = np.fromiter((agent in live for agent in self.possible_agents), bool, n)
+        self._set_mask(np.fromiter((agent in live for agent in self.possible_agents), bool, n))
         rows = self._rows(observations, "reset")
         return self._observation(rows, np.zeros(n, np.float64)), self._agent_infos(infos)
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
         action = np.asarray(action, self._action_dtype)  # as SuperSuit's concatenation casts it
-        index, agents = self._index, self.par_env.agents
-        observations, rewards, terms, truncs, infos = self.par_env.step({a: action[index[a]] for a in agents})
-        n = self.num_agents
-        terminated, truncated = self._terminated.copy(), self._truncated.copy()  # an agent once done stays done
+        index, par_env = self._index, self.par_env
+        observations, rewards, terms, truncs, infos = par_env.step({a: action[index[a]] for a in par_env.agents})
+        n = len(self.possible_agents)
         reward_row = np.zeros(n, np.float64)
         for agent, value in rewards.items():
             reward_row[index[agent]] = value
+        live_agents = par_env.agents
+        if self._all_act and len(live_agents) == n and not any(terms.values()) and not any(truncs.values()):
+            # every agent acted and acts on (most steps): flags and mask stay as they are
+            rows = self._rows(observations, "step")
+            return self._observation(rows, reward_row), float(reward_row.sum()), False, False, self._agent_infos(infos)
+        terminated, truncated = self._terminated.copy(), self._truncated.copy()  # an agent once done stays done
         for agent, flag in terms.items():
             if flag:
                 terminated[index[agent]] = 1
         for agent, flag in truncs.items():
             if flag:
                 truncated[index[agent]] = 1
-        live = set(self.par_env.agents)
+        live = set(live_agents)
         was_live = self._mask
         left_unflagged = [i for i, a in enumerate(self.possible_agents) if was_live[i] and a not in live]
         for i in left_unflagged:  # an agent that left without a flag has left for good: terminated
@@ -158,7 +163,8 @@ class AgentSlotsEnv(gym.Env):
             if len(left):
                 info[LEFT_AGENT_OBS] = {int(i): rows[i].copy() for i in left}
             rows[~mask] = 0
-        self._terminated, self._truncated, self._mask = terminated, truncated, mask
+        self._terminated, self._truncated = terminated, truncated
+        self._set_mask(mask)
         all_terminated = ended and bool(terminated.all())
         return (
             self._observation(rows, reward_row),
@@ -167,6 +173,9 @@ class AgentSlotsEnv(gym.Env):
             ended and not all_terminated,
             info,
         )
+
+    def _set_mask(self, mask: np.ndarray) -> None:
+        self._mask, self._mask_row, self._all_act = mask, mask.astype(np.int8), bool(mask.all())
 
     def _rows(self, observations: dict[Any, Any], call: str) -> np.ndarray:
         """The agents' observations as rows, fresh each call (the engine may keep it: a final observation);
@@ -189,7 +198,7 @@ class AgentSlotsEnv(gym.Env):
             "rewards": rewards,
             "terminated": self._terminated,
             "truncated": self._truncated,
-            "mask": self._mask.astype(np.int8),
+            "mask": self._mask_row,
         }
 
     def _agent_infos(self, infos: dict[Any, dict]) -> dict[str, Any]:
