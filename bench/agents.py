@@ -46,8 +46,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-IMPLS = ("supersuit k=0", "supersuit k=2", "shmvec")
 SUPERSUIT_CPUS = {"supersuit k=0": 0, "supersuit k=2": 2}
+IMPLS: tuple[str, ...] = ("supersuit k=0", "supersuit k=2", "shmvec")
+# PufferLib's PettingZoo emulation and Multiprocessing vectorization, where pufferlib-core imports
+# (bench/agents_pufferlib.py: a venv of its own, as it pins another torch)
+PUFFERLIB = "pufferlib"
 MODES = {"defaults": None, "equal": 1}  # torch.set_num_threads in every run (None: torch's own)
 
 
@@ -107,8 +110,13 @@ def build(env_name: str, impl: str, copies: int | None = None):
     import supersuit as ss
 
     spec = ENVS[env_name]
-    vec_env = ss.pettingzoo_env_to_vec_env_v1(spec.make())
     copies = spec.copies if copies is None else copies
+    if impl == PUFFERLIB:
+        from bench import agents_pufferlib
+
+        cores = len(os.sched_getaffinity(0))
+        return agents_pufferlib.build(env_name, copies, max(w for w in range(1, cores + 1) if copies % w == 0))
+    vec_env = ss.pettingzoo_env_to_vec_env_v1(spec.make())
     if impl == "shmvec":
         import shmvec
 
@@ -202,20 +210,24 @@ def summarize(runs: dict[tuple[str, str], list[dict]]) -> dict[str, dict[str, di
     return out
 
 
-def table(summary: dict[str, dict[str, dict]]) -> str:
+def table(summary: dict[str, dict[str, dict]], impls: tuple[str, ...] = IMPLS) -> str:
     """Markdown: per env, each vector env's medians and shmvec's ratios to the faster SuperSuit one
-    (bare stepping, ``learn()``, the whole job)."""
-    header = ["env", "slots", *(f"{i} steps/s" for i in IMPLS), "bare: shmvec / best SuperSuit"]
-    header += [*(f"{i} learn s" for i in IMPLS), "learn: best SuperSuit / shmvec"]
-    header += [*(f"{i} job s" for i in IMPLS), "job: best SuperSuit / shmvec"]
+    (bare stepping, ``learn()``, the whole job), and to PufferLib's where it ran."""
+    puffer = PUFFERLIB in impls
+    header = ["env", "slots"]
+    for what, unit in (("bare", "steps/s"), ("learn", "s"), ("job", "s")):
+        header += [*(f"{i} {what} {unit}" for i in impls), f"{what}: shmvec / best SuperSuit"]
+        header += [f"{what}: shmvec / PufferLib"] if puffer else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for env_name, rows in summary.items():
         cells = [env_name, str(next(iter(rows.values()))["slots"])]
         for key, faster in (("steps_per_s", max), ("learn_s", min), ("job_s", min)):
-            values = [rows[i][key] if i in rows else float("nan") for i in IMPLS]
-            best = faster(values[0], values[1])
-            ratio = values[2] / best if key == "steps_per_s" else best / values[2]
-            cells += [*(f"{x:,.0f}" if key == "steps_per_s" else f"{x:.2f}" for x in values), f"{ratio:.2f}x"]
+            values = {i: rows[i][key] if i in rows else float("nan") for i in impls}
+            speed = (lambda x: x) if key == "steps_per_s" else (lambda x: 1 / x)  # above 1: shmvec faster
+            best = faster(values["supersuit k=0"], values["supersuit k=2"])
+            cells += [f"{x:,.0f}" if key == "steps_per_s" else f"{x:.2f}" for x in values.values()]
+            cells.append(f"{speed(values['shmvec']) / speed(best):.2f}x")
+            cells += [f"{speed(values['shmvec']) / speed(values[PUFFERLIB]):.2f}x"] if puffer else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -271,11 +283,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipped {why}")
         else:
             envs.append(env_name)
+    impls = IMPLS
+    from bench import agents_pufferlib
+
+    why = agents_pufferlib.available()
+    if why:
+        print(f"skipped PufferLib: {why}")
+    else:
+        impls = (*IMPLS, PUFFERLIB)
     runs: dict[str, dict[tuple[str, str], list[dict]]] = {mode: {} for mode in args.modes}
     for r in range(args.rounds):
         for env_name in envs:
             for mode in rotated(args.modes, r):
-                for impl in rotated(IMPLS, r):
+                for impl in rotated(impls, r):
                     result = run_child(env_name, impl, args, MODES[mode])
                     runs[mode].setdefault((env_name, impl), []).append(result)
                     print(
@@ -291,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             f"medians of {args.rounds} rounds (bare: {args.steps} vector steps; learn: PPO, {args.rollouts} "
             f"rollouts of {args.n_steps} steps; job: build + learn + close)\n"
         )
-        print(table(summary))
+        print(table(summary, impls))
         print("\n" + "\n".join(f"{e} {i}: {row['vec_env']}" for e, rows in summary.items() for i, row in rows.items()))
     return 0
 
