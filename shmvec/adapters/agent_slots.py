@@ -202,8 +202,9 @@ class AgentSlotsEnv(gym.Env):
         }
 
     def _agent_infos(self, infos: dict[Any, dict]) -> dict[str, Any]:
-        """``{}`` when every agent's info is empty (nothing to pickle), else :data:`AGENT_INFOS`."""
-        if not any(infos.values()):
+        """``{}`` when every agent's info is empty (nothing to pickle), else :data:`AGENT_INFOS`. Keys
+        of ``infos`` that are no agent's are left out, as SuperSuit leaves them."""
+        if not any(infos.get(agent) for agent in self.possible_agents):
             return {}
         return {AGENT_INFOS: tuple(dict(infos.get(agent) or {}) for agent in self.possible_agents)}
 

@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS, slots_repr
-from shmvec.adapters.agents_gym import ShmAgentVectorEnv, info_row
+from shmvec.adapters.agents_gym import ShmAgentVectorEnv, flag_whole_copies, info_row
 from shmvec.engine import ops
 from shmvec.errors import InvalidActionError
 
@@ -52,8 +52,9 @@ def concat_vec_envs_v1(
         from shmvec.adapters.agents_sb3 import ShmAgentVecEnv
 
         return ShmAgentVecEnv(vec_env, num_vec_envs, n_workers, **options)
-    # SuperSuit's flags are uint8 from its in-process ConcatVecEnv (num_cpus 0 or 1), bool from its processes.
-    flags_dtype = np.uint8 if not num_cpus or num_cpus == 1 else np.bool_
+    # SuperSuit's flags are uint8 from its in-process ConcatVecEnv (num_cpus, at most the copies, 0 or 1),
+    # bool from its processes.
+    flags_dtype = np.uint8 if n_workers is None or n_workers <= 1 else np.bool_
     return ShmAgentConcatVecEnv(vec_env, num_vec_envs, n_workers, flags_dtype=flags_dtype, **options)
 
 
@@ -76,7 +77,11 @@ class ShmAgentConcatVecEnv(VectorEnv):
     reset (copies of one instance would share its random state); an agent that leaves while its
     copy goes on (SuperSuit raises without ``black_death_v3``) gets a zero observation and
     reward 0 from then on, ``terminal_observation`` in its info on the step it leaves, its flag
-    kept set, and ``mask`` (a bool per slot: the agent acts next step) says which slots act.
+    kept set, and ``mask`` (a bool per slot: the agent acts next step) says which slots act;
+    when a copy ends, a slot whose agent was absent from its episode is flagged too (terminated
+    if the copy's flagged agents all terminated, else truncated). A copy restarted after its
+    worker died (``on_worker_failure="restart"``): its slots return its reset observations,
+    reward 0, truncated, and ``shmvec_restarted`` in their infos, without ``terminal_observation``.
     """
 
     def __init__(
@@ -103,8 +108,13 @@ class ShmAgentConcatVecEnv(VectorEnv):
         """Reset every copy (copy ``c`` with ``seed + c``); ``(obs, one info per slot)``."""
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise TypeError(f"seed must be None or an int (copy c is reset with seed + c), got {seed!r}")
-        copy_seeds, copy_options, _ = self._slots._reset_args(seed, options)
-        rows, copy_infos = self._copies.reset(seed=copy_seeds, options=copy_options)
+        if options is not None and "reset_mask" in options:
+            raise ValueError(
+                "options['reset_mask'] is Gymnasium's partial reset; SuperSuit's vector env resets every copy "
+                "with the options as given: for partial resets use ShmAgentVectorEnv(autoreset_mode='Disabled')"
+            )
+        copy_seeds, _, _ = self._slots._reset_args(seed, None)
+        rows, copy_infos = self._copies.reset(seed=copy_seeds, options=options)
         self.mask = rows["mask"].reshape(self.num_envs).astype(bool)
         infos = [{} for _ in range(self.num_envs)]
         for c in _rows_with_infos(copy_infos, len(rows["rewards"])):
@@ -132,36 +142,38 @@ class ShmAgentConcatVecEnv(VectorEnv):
         return actions.reshape(self.num_copies, self.num_agents, *actions.shape[1:])
 
     def _slot_step(self, results: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
-        rows, _, _, _, copy_infos = results
+        rows, _, copy_terminations, copy_truncations, copy_infos = results
         n, A = self.num_envs, self.num_agents
         obs = rows["obs"].reshape(n, *self.observation_space.shape)
         rewards = rows["rewards"].reshape(n).astype(np.float32)
-        terminations = rows["terminated"].reshape(n).astype(self._flags_dtype)
-        truncations = rows["truncated"].reshape(n).astype(self._flags_dtype)
+        terminations = rows["terminated"].reshape(n).astype(bool)
+        truncations = rows["truncated"].reshape(n).astype(bool)
         acted, self.mask = self.mask, rows["mask"].reshape(n).astype(bool)
         infos = [{} for _ in range(n)]
         for c in _rows_with_infos(copy_infos, self.num_copies):
             copy_info = info_row(copy_infos, c)
             part = slice(c * A, (c + 1) * A)
             final = copy_info.get("final_obs")
-            if final is None:  # the copy goes on
+            if final is None:  # the copy goes on (or was restarted: its rows hold the fresh reset)
                 self._add_agent_infos(infos, c, copy_info.get(AGENT_INFOS))
                 for a, last_obs in copy_info.get(LEFT_AGENT_OBS, {}).items():
                     infos[c * A + a]["terminal_observation"] = last_obs
-                continue
-            # Ended and reset: the rows hold the reset; the step's own values came with its final observation.
-            rewards[part] = final["rewards"]
-            terminations[part] = final["terminated"]
-            truncations[part] = final["truncated"]
-            self._add_agent_infos(infos, c, copy_info["final_info"].get(AGENT_INFOS))
-            for a in np.flatnonzero(acted[part]).tolist():  # the agents that stepped (SuperSuit: those observed)
-                infos[c * A + a]["terminal_observation"] = final["obs"][a]
-            self._add_agent_infos(infos, c, copy_info.get(AGENT_INFOS))  # the reset infos, merged in
+            else:  # ended and reset: the rows hold the reset; the step's own values came with its final obs
+                rewards[part] = final["rewards"]
+                terminations[part] = final["terminated"]
+                truncations[part] = final["truncated"]
+                self._add_agent_infos(infos, c, copy_info["final_info"].get(AGENT_INFOS))
+                for a in np.flatnonzero(acted[part]).tolist():  # the agents that stepped (SuperSuit: those observed)
+                    infos[c * A + a]["terminal_observation"] = final["obs"][a]
+                self._add_agent_infos(infos, c, copy_info.get(AGENT_INFOS))  # the reset infos, merged in
             for key, value in copy_info.items():  # what the engine adds for a copy (shmvec_restarted): each slot
                 if key not in ("final_obs", "final_info", AGENT_INFOS, LEFT_AGENT_OBS):
                     for info in infos[part]:
                         info[key] = value
-        return obs, rewards, terminations, truncations, infos
+        # a copy that ended flags every slot: agents absent from its episode, a copy restarted after its worker died
+        flag_whole_copies(terminations, truncations, copy_terminations, copy_truncations, A)
+        flags = self._flags_dtype
+        return obs, rewards, terminations.astype(flags, copy=False), truncations.astype(flags, copy=False), infos
 
     def _add_agent_infos(self, infos: list[dict], copy: int, agent_infos: Any) -> None:
         for a, agent_info in enumerate(agent_infos or ()):

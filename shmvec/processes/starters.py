@@ -299,11 +299,14 @@ def start_context(start_method: str) -> Any:
     raise ValueError(f"cannot find context for {start_method!r}")
 
 
+MAX_INNER_PICKLE = 2**20  # bytes: a larger pickle inside one (an env that carries data) is not read: too slow
+
+
 def modules_named_by(pickle_bytes: bytes, _depth: int = 0) -> list[str]:
     """The modules of this process that a pickle names (its globals' modules, cloudpickle's
     ``subimport`` of modules), in order: what unpickling it imports. Not ``__main__``. A pickle
-    held inside as bytes (agent slots carry their env's) is read too: unpickled in the worker,
-    it imports as much."""
+    held inside as bytes (agent slots carry their env's) is read too, up to :data:`MAX_INNER_PICKLE`:
+    unpickled in the worker, it imports as much."""
     found: dict[str, None] = {}
     if not pickle_bytes:
         return []
@@ -313,8 +316,8 @@ def modules_named_by(pickle_bytes: bytes, _depth: int = 0) -> list[str]:
                 name = arg.partition(" ")[0]  # GLOBAL's "module qualname"
                 if name in sys.modules and name not in NEVER_PRELOADED and _origin_of(name):
                     found[name] = None
-            elif isinstance(arg, bytes) and arg[:1] == b"\x80" and _depth < 2:  # PROTO: a pickle's first opcode
-                found.update(dict.fromkeys(modules_named_by(arg, _depth + 1)))
+            elif isinstance(arg, bytes) and arg[:1] == b"\x80" and len(arg) <= MAX_INNER_PICKLE and _depth < 2:
+                found.update(dict.fromkeys(modules_named_by(arg, _depth + 1)))  # PROTO: a pickle's first opcode
     except Exception:
         pass  # an odd pickle: what was found so far
     return list(found)

@@ -4,6 +4,10 @@ the same seeds and actions, on PettingZoo's envs as its tutorials wrap them."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 
@@ -15,8 +19,8 @@ from supersuit import concat_vec_envs_v1 as supersuit_concat_vec_envs_v1  # noqa
 
 import shmvec  # noqa: E402
 from shmvec.adapters.agents_concat import ShmAgentConcatVecEnv  # noqa: E402
-from tests.agent_envs import DyingAgentsEnv  # noqa: E402
-from tests.helpers import assert_same  # noqa: E402
+from tests.agent_envs import AbsentAgentEnv, DyingAgentsEnv, PidAgentsEnv  # noqa: E402
+from tests.helpers import assert_same, gone  # noqa: E402
 
 
 def assert_infos_equal(ours: list[dict], theirs: list[dict], where: str) -> None:
@@ -132,11 +136,12 @@ def test_equals_supersuit_on_multiwalker_with_black_death():
 
 def test_flags_are_bool_where_supersuit_runs_processes():
     # SuperSuit's ConcatVecEnv (num_cpus 0 or 1) returns uint8 flags; its processes (num_cpus >= 2), bool
-    for num_cpus, dtype in ((0, np.uint8), (1, np.uint8), (2, np.bool_)):
+    # (num_cpus beyond the copies counts as the copies: one copy is SuperSuit's in-process ConcatVecEnv)
+    for copies, num_cpus, dtype in ((2, 0, np.uint8), (2, 1, np.uint8), (2, 2, np.bool_), (1, 2, np.uint8)):
         options = {"start_method": "fork"} if num_cpus else {}
-        with shmvec.concat_vec_envs_v1(DyingAgentsEnv(n_agents=2), 2, num_cpus, **options) as ours:
+        with shmvec.concat_vec_envs_v1(DyingAgentsEnv(n_agents=2), copies, num_cpus, **options) as ours:
             ours.reset(seed=0)
-            _, rewards, terminations, truncations, _ = ours.step(np.zeros(4, np.int64))
+            _, rewards, terminations, truncations, _ = ours.step(np.zeros(2 * copies, np.int64))
         assert terminations.dtype == truncations.dtype == dtype and rewards.dtype == np.float32, num_cpus
 
 
@@ -178,3 +183,53 @@ def test_an_agent_that_leaves_gets_its_last_observation_and_a_zero_row_then():
         obs, rewards, terminations, truncations, infos = ours.step(np.zeros(2, np.int64))  # the copy ends
         assert truncations.tolist() == [0, 1] and "terminal_observation" not in infos[0]
         assert "terminal_observation" in infos[1] and infos[1]["start"] == 0 and ours.mask.all()
+
+
+def test_a_restarted_copy_ends_the_episode_of_each_of_its_slots(closing):
+    """A worker killed mid-episode: its copy's slots return the reset, reward 0, truncated and
+    ``shmvec_restarted``, so a loop does not bootstrap across the restart."""
+    envs = closing(shmvec.concat_vec_envs_v1(PidAgentsEnv(n_agents=2, max_steps=50), 2, 2, on_worker_failure="restart"))
+    actions = np.zeros(envs.num_envs, np.int64)
+    envs.reset(seed=0)
+    envs.step(actions)
+    pid = envs.call("pid")[2]  # copy 1's worker
+    assert pid != envs.call("pid")[0]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with pytest.warns(RuntimeWarning, match="restarting"):
+        _, rewards, terminations, truncations, infos = envs.step(actions)
+    assert truncations.tolist() == [False, False, True, True] and not terminations.any()
+    assert [info.get("shmvec_restarted", False) for info in infos] == [False, False, True, True]
+    assert rewards[2:].tolist() == [0, 0] and not any("terminal_observation" in info for info in infos)
+    _, _, terminations, truncations, _ = envs.step(actions)
+    assert not (terminations | truncations).any()
+
+
+@pytest.mark.parametrize(("lifetimes", "flag"), [((2, 2), 0), ((), 1)])
+def test_an_agent_absent_from_the_episode_gets_its_copys_flag_when_the_copy_ends(lifetimes, flag):
+    with shmvec.concat_vec_envs_v1(AbsentAgentEnv(n_agents=3, lifetimes=lifetimes, max_steps=2), 1, 0) as envs:
+        envs.reset(seed=0)
+        assert envs.mask.tolist() == [True, True, False]
+        envs.step(np.zeros(3, np.int64))
+        _, _, terminations, truncations, infos = envs.step(np.zeros(3, np.int64))
+        assert (terminations, truncations)[flag].tolist() == [1, 1, 1] and not (terminations, truncations)[
+            1 - flag
+        ].any()
+        assert "terminal_observation" not in infos[2]  # it was never observed
+
+
+def test_a_reset_mask_is_refused_where_supersuit_would_reset_every_copy():
+    with shmvec.concat_vec_envs_v1(DyingAgentsEnv(n_agents=2), 2, 0) as envs:
+        with pytest.raises(ValueError, match="partial reset"):
+            envs.reset(seed=0, options={"reset_mask": np.ones(4, bool)})
+
+
+def test_infos_keys_that_are_no_agents_are_left_out_as_supersuit_leaves_them():
+    class CommonInfoEnv(DyingAgentsEnv):
+        def step(self, actions):
+            obs, rewards, terms, truncs, infos = super().step(actions)
+            return obs, rewards, terms, truncs, {**{a: {} for a in infos}, "common": np.ones(3)}
+
+    assert run_both(CommonInfoEnv(n_agents=2, max_steps=3, infos=False), 2, 7, 0, discrete(3)) == 2 * 2 * 2

@@ -256,6 +256,9 @@ def test_a_pickle_held_inside_a_pickle_names_its_modules_too():
     inner = pickle.dumps(threading.Event)
     assert "threading" in starters.modules_named_by(pickle.dumps({"env": inner}))
     assert "threading" not in starters.modules_named_by(pickle.dumps({"env": b"\x80 not a pickle"}))
+    # one that carries data is not read (too slow to parse at each worker's start)
+    large = pickle.dumps((threading.Event, b"x" * starters.MAX_INNER_PICKLE))
+    assert "threading" not in starters.modules_named_by(pickle.dumps({"env": large}))
 
 
 PRELOAD_CALLER = """
