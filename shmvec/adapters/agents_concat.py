@@ -11,11 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 
-from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS, slots_repr
+from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS
 from shmvec.adapters.agents_gym import ShmAgentVectorEnv, flag_whole_copies, info_row
-from shmvec.engine import ops
 from shmvec.errors import InvalidActionError
 
 __all__ = ["ShmAgentConcatVecEnv", "concat_vec_envs_v1"]
@@ -58,7 +57,7 @@ def concat_vec_envs_v1(
     return ShmAgentConcatVecEnv(vec_env, num_vec_envs, n_workers, flags_dtype=flags_dtype, **options)
 
 
-class ShmAgentConcatVecEnv(VectorEnv):
+class ShmAgentConcatVecEnv(ShmAgentVectorEnv):
     """Every agent of ``num_copies`` copies of a PettingZoo ``ParallelEnv`` as a slot of a Gymnasium
     ``VectorEnv`` with SuperSuit's ``ConcatVecEnv`` conventions (``concat_vec_envs_v1(...,
     base_class="gymnasium")``): slot ``c * A + a`` is agent ``a`` of copy ``c``.
@@ -90,18 +89,11 @@ class ShmAgentConcatVecEnv(VectorEnv):
         for name in ("autoreset_mode", "batch_size"):
             if name in options:
                 raise TypeError(f"{name} is not an option here: SuperSuit's vector env resets on the same step")
-        self._slots = ShmAgentVectorEnv(env, num_copies, n_workers, autoreset_mode=AutoresetMode.SAME_STEP, **options)
-        self._copies = self._slots._copies
-        self.possible_agents = self._slots.possible_agents
-        self.num_copies, self.num_agents, self.num_envs = num_copies, self._slots.num_agents, self._slots.num_envs
-        self.n_workers = self._slots.n_workers
-        self.observation_space = self.single_observation_space = self._slots.single_observation_space
-        self.action_space = self.single_action_space = self._slots.single_action_space
+        super().__init__(env, num_copies, n_workers, autoreset_mode=AutoresetMode.SAME_STEP, **options)
+        self.observation_space, self.action_space = self.single_observation_space, self.single_action_space
         # the env's own, as SuperSuit's (a vector env's metadata adds its autoreset mode)
-        self.metadata = {k: v for k, v in self._slots.metadata.items() if k != "autoreset_mode"}
-        self.render_mode = self._slots.render_mode
+        self.metadata = {k: v for k, v in self.metadata.items() if k != "autoreset_mode"}
         self._flags_dtype = np.dtype(flags_dtype)
-        self._actions: np.ndarray | None = None
         self.mask = np.ones(self.num_envs, bool)
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, list[dict]]:
@@ -113,7 +105,7 @@ class ShmAgentConcatVecEnv(VectorEnv):
                 "options['reset_mask'] is Gymnasium's partial reset; SuperSuit's vector env resets every copy "
                 "with the options as given: for partial resets use ShmAgentVectorEnv(autoreset_mode='Disabled')"
             )
-        copy_seeds, _, _ = self._slots._reset_args(seed, None)
+        copy_seeds, _, _ = self._reset_args(seed, None)
         rows, copy_infos = self._copies.reset(seed=copy_seeds, options=options)
         self.mask = rows["mask"].reshape(self.num_envs).astype(bool)
         infos = [{} for _ in range(self.num_envs)]
@@ -181,43 +173,26 @@ class ShmAgentConcatVecEnv(VectorEnv):
 
     def render(self) -> Any:
         """The first copy's ``render()``, as SuperSuit's."""
-        self._copies._check_open()
-        return self._copies._pool.run({0: ops.CallOrGet("render", (), {})})[0]
+        return self._copies.call_one(0, "render")
 
     def env_is_wrapped(self, wrapper_class: type) -> list[bool]:
         """``False`` for each slot, as SuperSuit's (a PettingZoo env is not a Gymnasium wrapper's)."""
         return [False] * self.num_envs
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call ``name`` once on each copy (its ``ParallelEnv``'s if the slot env lacks it); one result per slot."""
-        return self._slots.call(name, *args, **kwargs)
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        raise NotImplementedError(_NO_BATCHES)
 
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """The attribute of each slot's copy."""
-        return self._slots.get_attr(name)
+    def recv(self, timeout: float | None = None) -> Any:
+        raise NotImplementedError(_NO_BATCHES)
 
-    @property
-    def timings(self) -> Any:
-        """Where the time went, over the copies (see :class:`~shmvec.adapters.vector.ShmVectorEnv`)."""
-        return self._slots.timings
-
-    def close_extras(self, **kwargs: Any) -> None:
-        """Close the copies, stop the workers and release the shared memory (``close()`` calls it once)."""
-        slots = getattr(self, "_slots", None)
-        if slots is not None:
-            slots.close(**kwargs)
-
-    def __repr__(self) -> str:
-        return slots_repr(self, self._copies)
+    def async_reset(self, seed: Any = None, options: dict[str, Any] | None = None) -> None:
+        raise NotImplementedError(_NO_BATCHES)
 
     def __enter__(self) -> ShmAgentConcatVecEnv:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
 
-    def __del__(self) -> None:
-        pass  # an unclosed env is left to the copies' pool finalizer, which releases everything and warns
+_NO_BATCHES = "SuperSuit's vector env has no async batches: ShmAgentVectorEnv(..., batch_size=k) has them"
 
 
 def _rows_with_infos(copy_infos: dict[str, Any], n_rows: int) -> list[int]:

@@ -136,6 +136,17 @@ class EnvCalls:
         """Return ``env.render()`` of every env, in env order (``call("render")``, as ``AsyncVectorEnv``)."""
         return self.call("render")
 
+    @other_call
+    def call_one(self, index: int, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`call` in env ``index`` only; its result (SuperSuit's vector env renders its first copy)."""
+        self._check_open()
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"env index {index} out of range for {self.num_envs} envs")
+        if name in _RESERVED_CALLS:
+            raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
+        self._check_idle("call_one")
+        return self._pool.run({index: ops.CallOrGet(name, args, kwargs)})[index]
+
     @property
     def np_random_seed(self) -> tuple[int, ...]:
         """The ``np_random_seed`` of every env."""

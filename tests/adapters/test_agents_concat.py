@@ -233,3 +233,11 @@ def test_infos_keys_that_are_no_agents_are_left_out_as_supersuit_leaves_them():
             return obs, rewards, terms, truncs, {**{a: {} for a in infos}, "common": np.ones(3)}
 
     assert run_both(CommonInfoEnv(n_agents=2, max_steps=3, infos=False), 2, 7, 0, discrete(3)) == 2 * 2 * 2
+
+
+def test_async_batches_are_refused_with_where_to_find_them():
+    with shmvec.concat_vec_envs_v1(DyingAgentsEnv(n_agents=2), 2, 0) as envs:
+        for call in (lambda: envs.send(np.zeros(4, np.int64)), envs.recv, envs.async_reset):
+            with pytest.raises(NotImplementedError, match="batch_size"):
+                call()
+        envs.reset(seed=0)  # still usable

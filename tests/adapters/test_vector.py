@@ -553,3 +553,16 @@ def test_start_method_smoke(start_method, closing):
     ref = closing(gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync"))
     counts = run_equivalence(shm, ref, 60, seed=1)
     assert counts["terminated"] > 0
+
+
+def test_call_one_calls_one_env_only(closing):
+    envs = closing(ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 4, n_workers=2))
+    envs.set_attr("gravity", [1.0, 2.0, 3.0, 4.0])
+    assert envs.call_one(2, "get_wrapper_attr", "gravity") == 3.0 and envs.call_one(3, "gravity") == 4.0
+    with pytest.raises(IndexError, match="out of range for 4 envs"):
+        envs.call_one(4, "gravity")
+    with pytest.raises(ValueError, match="use `step` directly"):
+        envs.call_one(0, "step", 0)
+    envs.close()
+    with pytest.raises(ClosedEnvError):
+        envs.call_one(0, "gravity")
