@@ -43,7 +43,8 @@ from typing import Any, NoReturn
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode
+
+from shmvec.gymnasium_1_1 import AutoresetMode
 
 try:
     import ray

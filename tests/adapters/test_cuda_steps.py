@@ -21,13 +21,13 @@ import warnings
 
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode
 
 torch = pytest.importorskip("torch")
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, WorkerDiedError  # noqa: E402
 from shmvec.adapters import cuda_copies, torch_device  # noqa: E402
 from shmvec.engine import worker  # noqa: E402
+from shmvec.gymnasium_1_1 import AutoresetMode  # noqa: E402
 from shmvec.ipc import arena as arena_module  # noqa: E402
 from shmvec.ipc import pinning  # noqa: E402
 from shmvec.tools.cuda_stand_ins import StandInCalls, StandInEvent, StandInStream  # noqa: E402

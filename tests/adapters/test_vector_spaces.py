@@ -14,9 +14,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 from shmvec import InvalidActionError, ShmVectorEnv, UnsupportedSpaceError
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import layout as lay
 from tests.adapters.test_vector import run_equivalence
 from tests.envs import (

@@ -21,10 +21,11 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ResetNeededError, ShmPoolVecEnv, ShmVectorEnv, WorkerDiedError
+from shmvec.gymnasium_1_1 import AutoresetMode
 from tests.faulty import N_ENVS, N_WORKERS, die_once_fns, env_fns
 from tests.helpers import assert_same, env_pids, gone
 
