@@ -61,9 +61,10 @@ ONCE = (
 
 # The Gymnasium side of shmvec (ShmVectorEnv and what builds one) needs Gymnasium 1.1's VectorEnv API
 # and refuses older releases (shmvec/gymnasium_1_1.py); SB3's side runs on them. There, a test is
-# skipped, saying why, where its code or parameters name the Gymnasium side, or Gymnasium's vector
-# envs to compare with (their 1.1 API), or where it is marked `vector_api` (the Gymnasium side built
-# by a helper). Nothing else is: a test of SB3's side that reaches the Gymnasium side fails.
+# skipped, saying why, where it is marked `vector_api`, or its parameters name the Gymnasium side, or
+# (unless its parameters name SB3's side: one case of a test over both) its code names the Gymnasium
+# side or Gymnasium's vector envs to compare with (their 1.1 API). Nothing else is: a test of SB3's
+# side that reaches the Gymnasium side fails.
 VECTOR_API_NAMES = (
     "ShmVectorEnv",
     "ShmAgentVectorEnv",
@@ -73,11 +74,18 @@ VECTOR_API_NAMES = (
     "AsyncVectorEnv",
     "VectorEnv)",  # isinstance(envs, VectorEnv)
 )
+VECTOR_API_PARAMS = (*VECTOR_API_NAMES, "'gym'")  # an adapter parameter's value
+SB3_SIDE_PARAMS = ("ShmPoolVecEnv", "ShmAgentVecEnv", "DummyVecEnv", "'sb3'")
 
 
 def needs_vector_api(item) -> bool:
     if item.get_closest_marker("vector_api") is not None:
         return True
+    params = str(item.callspec.params) if hasattr(item, "callspec") else ""
+    if any(name in params for name in VECTOR_API_PARAMS):
+        return True
+    if any(name in params for name in SB3_SIDE_PARAMS):
+        return False
     if hasattr(item, "dtest"):  # a docstring example
         source = "".join(example.source for example in item.dtest.examples)
     else:
@@ -85,8 +93,7 @@ def needs_vector_api(item) -> bool:
             source = inspect.getsource(item.function)
         except (AttributeError, OSError, TypeError):
             source = ""
-    params = str(item.callspec.params) if hasattr(item, "callspec") else ""
-    return any(name in source or name in params for name in VECTOR_API_NAMES)
+    return any(name in source for name in VECTOR_API_NAMES)
 
 
 def pytest_collection_modifyitems(items):

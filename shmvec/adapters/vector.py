@@ -1,12 +1,11 @@
-"""``ShmVectorEnv``: the shared-memory pool as a Gymnasium ``VectorEnv``.
+"""``ShmVectorEnv``: the shared-memory pool as a Gymnasium ``VectorEnv`` (Gymnasium 1.1 and later).
 
-The engine (:class:`~shmvec.engine.pool.ShmPool`) steps the envs and auto-resets them inside
-the workers in the requested :class:`~gymnasium.vector.AutoresetMode`; this adapter only
-checks and writes actions, wraps the shared observation buffers in the structure
-Gymnasium's ``concatenate`` returns, and turns the rare per-env infos into Gymnasium's
-dict of arrays with ``_key`` masks (through ``VectorEnv._add_info``, so the format is
-Gymnasium's own). With the same seeds and actions it returns exactly what
-:class:`gymnasium.vector.SyncVectorEnv` returns.
+The engine (:class:`~shmvec.engine.pool.ShmPool`) steps the envs and auto-resets them inside the
+workers in the requested :class:`~gymnasium.vector.AutoresetMode`; this adapter only checks and
+writes actions, wraps the shared observation buffers in the structure Gymnasium's ``concatenate``
+returns, and turns the rare per-env infos into Gymnasium's dict of arrays with ``_key`` masks
+(through ``VectorEnv._add_info``, so the format is Gymnasium's own). With the same seeds and
+actions it returns exactly what :class:`gymnasium.vector.SyncVectorEnv` returns.
 """
 
 from __future__ import annotations

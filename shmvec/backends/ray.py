@@ -44,8 +44,6 @@ from typing import Any, NoReturn
 import gymnasium as gym
 import numpy as np
 
-from shmvec.gymnasium_1_1 import AutoresetMode
-
 try:
     import ray
     from ray.exceptions import GetTimeoutError
@@ -74,6 +72,7 @@ from shmvec.engine.interface import EngineBase
 from shmvec.engine.pool import START_TIMEOUT
 from shmvec.engine.validation import check_env_fns, check_same_spaces
 from shmvec.errors import RemoteTraceback, StepTimeoutError, WorkerDiedError
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.pickled import PickledLeaves

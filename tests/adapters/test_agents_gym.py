@@ -21,6 +21,8 @@ from shmvec.gymnasium_1_1 import AutoresetMode
 from tests.agent_envs import AbsentAgentEnv, DyingAgentsEnv, MixedSpacesEnv, PidAgentsEnv  # noqa: E402
 from tests.helpers import gone  # noqa: E402
 
+pytestmark = pytest.mark.vector_api  # ShmAgentVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
+
 
 class RowInfos:
     """Gymnasium's own ``_add_info`` over ``num_envs`` rows."""

@@ -30,6 +30,8 @@ from tests.envs import TAXI, MixedDictEnv, NestedEnv, TupleObsEnv, make_info_typ
 from tests.gym_versions import ASSERTS_RESET_MASKS, WRITES_CLASS_METADATA
 from tests.helpers import assert_same
 
+pytestmark = pytest.mark.vector_api  # ShmVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
+
 STEPS = 300
 MODES = list(AutoresetMode)
 SHAPES = [(5, 2), (7, 3), (4, 4)]

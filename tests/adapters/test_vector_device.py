@@ -26,6 +26,8 @@ from tests.envs import make_any_space, make_dict_action, make_image  # noqa: E40
 from tests.helpers import assert_same  # noqa: E402
 from tests.torch_results import AsNumpy, async_batches, to_tensors  # noqa: E402
 
+pytestmark = pytest.mark.vector_api  # ShmVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
+
 CPU = torch.device("cpu")
 DEVICE_ENVS = {
     "CartPole": ENV_FACTORIES["CartPole"],

@@ -45,6 +45,8 @@ from tests.gym_versions import (
 )
 from tests.helpers import assert_same, descendant_pids, shm_entries
 
+pytestmark = pytest.mark.vector_api  # ShmVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
+
 CARTPOLE = ENV_FACTORIES["CartPole"]
 
 

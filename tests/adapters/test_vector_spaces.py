@@ -30,6 +30,8 @@ from tests.envs import (
 )
 from tests.helpers import assert_same
 
+pytestmark = pytest.mark.vector_api  # ShmVectorEnv (and Gymnasium 1.x's spaces): Gymnasium 1.1 on (tests/conftest.py)
+
 STEPS = 300
 MODES = list(AutoresetMode)
 # N=5 on 2 workers: uneven shards (3 + 2); with main_shard, 2 + 2 in workers and 1 in the main process.

@@ -92,6 +92,7 @@ def note_ends(count: int) -> None:
 # ---- ShmVectorEnv == SyncVectorEnv ------------------------------------------------------------
 
 
+@pytest.mark.vector_api
 @given(design=designs(gym_observation_spaces, gym_action_spaces), shape=pool_shapes(), seed=seeds)
 def test_shm_vector_env_matches_sync_vector_env(design, shape, seed):
     with closing_all() as closing:
