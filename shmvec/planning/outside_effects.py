@@ -36,7 +36,7 @@ def quieten(env: Any) -> str | None:
     for layer in layers(env):
         if isinstance(layer, gym.wrappers.RecordVideo):
             layer.episode_trigger = layer.step_trigger = never  # a recording starts only from a trigger
-        writer = getattr(layer, "results_writer", None)
+        writer = vars(layer).get("results_writer")  # its own: Gymnasium 0.29's wrappers forward getattr, warning
         if callable(getattr(writer, "write_row", None)):  # SB3's Monitor (and its subclasses) with a file
             layer.results_writer = None
             writer.close()
