@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import VectorEnv
 
 from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS, slots_repr
 from shmvec.adapters.agents_gym import ShmAgentVectorEnv, info_row
 from shmvec.engine import ops
 from shmvec.errors import InvalidActionError
+from shmvec.gymnasium_1_1 import AutoresetMode
 
 __all__ = ["ShmAgentConcatVecEnv", "concat_vec_envs_v1"]
 
