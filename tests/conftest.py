@@ -79,6 +79,8 @@ SB3_SIDE_PARAMS = ("ShmPoolVecEnv", "ShmAgentVecEnv", "DummyVecEnv", "'sb3'")
 
 
 def needs_vector_api(item) -> bool:
+    if item.nodeid.startswith("tests/test_gymnasium_1_1.py"):  # the refusal itself is tested there
+        return False
     if item.get_closest_marker("vector_api") is not None:
         return True
     params = str(item.callspec.params) if hasattr(item, "callspec") else ""
