@@ -15,6 +15,7 @@
     ├── SharedMemoryCapacityError  /dev/shm cannot hold the buffers          (also MemoryError)
     ├── EnvError                   an env raised and its exception could not be sent back as itself
     ├── WorkerDiedError            a worker process exited or was killed
+    ├── GymnasiumVersionError      the Gymnasium side on a Gymnasium before 1.1 (also ImportError)
     ├── MainModuleError            no longer raised (workers do not import the main script); kept for old code
     └── StepTimeoutError           envs did not answer within the timeout
                                    (also TimeoutError, multiprocessing.TimeoutError)
@@ -125,6 +126,15 @@ class StepTimeoutError(ShmVecError, TimeoutError, multiprocessing.TimeoutError):
 
     Both timeout classes: the builtin one and ``multiprocessing.TimeoutError``, which
     ``AsyncVectorEnv`` raises.
+    """
+
+
+class GymnasiumVersionError(ShmVecError, ImportError):
+    """The installed Gymnasium is older than the part of shmvec that was asked for needs.
+
+    ``ShmVectorEnv``, ``ShmAgentVectorEnv``, ``make_vec`` and ``register`` follow the ``VectorEnv``
+    API of Gymnasium 1.1 and later; on older releases (which SB3 accepts) only the SB3 side works
+    (:mod:`shmvec.gymnasium_1_1`). An ``ImportError`` too, as for any dependency too old to use.
     """
 
 

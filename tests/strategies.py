@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
 from hypothesis import strategies as st
 
+from shmvec.gymnasium_1_1 import AutoresetMode
 from tests.spec_env import EnvDesign, InfoKey
 
 FLOAT_DTYPES = ("float16", "float32", "float64")

@@ -18,6 +18,7 @@ PACKAGE = pathlib.Path(shmvec.__file__).parent
 # Layers, lowest first: a module may import from its own layer and the ones below it.
 LAYERS = {
     "errors": 0,
+    "gymnasium_1_1": 0,  # Gymnasium 1.1's names on older releases (shmvec/gymnasium_1_1.py)
     "options": 0,
     "ipc": 1,
     "processes": 2,

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vector_api  # ShmVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
+
 TIMEOUT = 90  # seconds; a hang fails the test
 START_METHODS = [None, "forkserver", "spawn", "fork"]
 IDS = ["default", "forkserver", "spawn", "fork"]

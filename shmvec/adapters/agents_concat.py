@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
 from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS
 from shmvec.adapters.agents_gym import ShmAgentVectorEnv, flag_whole_copies, info_row
 from shmvec.errors import InvalidActionError
+from shmvec.gymnasium_1_1 import AutoresetMode
 
 __all__ = ["ShmAgentConcatVecEnv", "concat_vec_envs_v1"]
 

@@ -14,13 +14,14 @@ import secrets
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from shmvec.adapters import gym_resets
 from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS, AgentSpacesMismatchError, slots_env_fns, slots_repr
 from shmvec.adapters.vector import ShmVectorEnv
 from shmvec.errors import InvalidActionError, ResetNeededError, SpaceMismatchError
+from shmvec.gymnasium_1_1 import AutoresetMode, require_vector_api
 
 __all__ = ["ShmAgentVectorEnv"]
 
@@ -96,6 +97,7 @@ class ShmAgentVectorEnv(VectorEnv):
         batch_size: int | None = None,
         **options: Any,
     ):
+        require_vector_api(type(self).__name__)
         if options.get("device") is not None:
             raise ValueError("ShmAgentVectorEnv returns numpy arrays: device is not supported")
         env_fns, self._copied = slots_env_fns(env, num_copies)

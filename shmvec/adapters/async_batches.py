@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import VectorEnv
 
 from shmvec.adapters import gym_resets
 from shmvec.adapters.gym_infos import add_record_infos
 from shmvec.adapters.public_calls import other_call, step_end, step_start
 from shmvec.engine.validation import seconds
 from shmvec.errors import InvalidActionError, NoPendingCallError, ResetNeededError
+from shmvec.gymnasium_1_1 import AutoresetMode
 
 
 class _BatchInfos:

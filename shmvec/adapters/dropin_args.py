@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
+
+from shmvec.gymnasium_1_1 import AutoresetMode
 
 
 class Default:

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Space
-from gymnasium.vector import AutoresetMode
 
 from shmvec.adapters import gym_resets
 from shmvec.adapters.gym_infos import add_step_infos
@@ -23,6 +22,7 @@ from shmvec.adapters.torch_device import DeviceHandoff
 from shmvec.engine.interface import Engine
 from shmvec.engine.validation import checked_column
 from shmvec.errors import ResetNeededError
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import handed_over
 

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from gymnasium import Space
-from gymnasium.spaces.utils import is_space_dtype_shape_equiv
-from gymnasium.vector.utils import batch_differing_spaces, batch_space
+from gymnasium.vector.utils import batch_space
 
 from shmvec.errors import SpaceMismatchError
+from shmvec.gymnasium_1_1 import batch_differing_spaces, is_space_dtype_shape_equiv
 
 
 def obs_space_match(observation_mode: Any) -> Callable[[Space, Space], bool]:

@@ -27,6 +27,7 @@ from typing import Any
 import gymnasium as gym
 
 from shmvec.adapters.vector import ShmVectorEnv
+from shmvec.gymnasium_1_1 import require_vector_api
 from shmvec.options import PoolOptions
 
 __all__ = ["NAMESPACE", "VECTOR_OPTIONS", "ShmVectorEntryPoint", "make_vec", "register", "twin_id"]
@@ -117,6 +118,7 @@ def register(env_id: str) -> str:
         ('ShmVectorEnv', 4, 2)
         >>> envs.close()
     """
+    require_vector_api("shmvec.register")
     original = gym.spec(env_id)
     if original.entry_point is None:
         raise gym.error.Error(f"{env_id} has no entry_point: shmvec needs one to build each env in its workers")
@@ -176,6 +178,7 @@ def make_vec(
         ...                        vector_kwargs={"autoreset_mode": "SameStep"})
         >>> envs.close()
     """
+    require_vector_api("shmvec.make_vec")
     vector_kwargs = dict(vector_kwargs or {})
     wrappers = list(wrappers or [])
     if isinstance(env_id, gym.envs.registration.EnvSpec):

@@ -10,7 +10,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
 from shmvec.adapters import dropin_args
 from shmvec.adapters.dropin_args import DEFAULT_NONE
@@ -20,6 +19,7 @@ from shmvec.clocks.call_clock import timed_call, timed_step, timed_step_start
 from shmvec.engine import ops
 from shmvec.engine.interface import Engine
 from shmvec.engine.validation import checked_column, split_actions
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import interrupts, pinning
 from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import handed_over

@@ -1,12 +1,11 @@
-"""``ShmVectorEnv``: the shared-memory pool as a Gymnasium ``VectorEnv``.
+"""``ShmVectorEnv``: the shared-memory pool as a Gymnasium ``VectorEnv`` (Gymnasium 1.1 and later).
 
-The engine (:class:`~shmvec.engine.pool.ShmPool`) steps the envs and auto-resets them inside
-the workers in the requested :class:`~gymnasium.vector.AutoresetMode`; this adapter only
-checks and writes actions, wraps the shared observation buffers in the structure
-Gymnasium's ``concatenate`` returns, and turns the rare per-env infos into Gymnasium's
-dict of arrays with ``_key`` masks (through ``VectorEnv._add_info``, so the format is
-Gymnasium's own). With the same seeds and actions it returns exactly what
-:class:`gymnasium.vector.SyncVectorEnv` returns.
+The engine (:class:`~shmvec.engine.pool.ShmPool`) steps the envs and auto-resets them inside the
+workers in the requested :class:`~gymnasium.vector.AutoresetMode`; this adapter only checks and
+writes actions, wraps the shared observation buffers in the structure Gymnasium's ``concatenate``
+returns, and turns the rare per-env infos into Gymnasium's dict of arrays with ``_key`` masks
+(through ``VectorEnv._add_info``, so the format is Gymnasium's own). With the same seeds and
+actions it returns exactly what :class:`gymnasium.vector.SyncVectorEnv` returns.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import Space, logger
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import VectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
-from gymnasium.vector.utils import batch_differing_spaces, batch_space
+from gymnasium.vector.utils import batch_space
 
 from shmvec.adapters import dropin_args, gym_resets, gym_spaces
 from shmvec.adapters.async_batches import AsyncBatches, checked_batch_size
@@ -32,6 +31,7 @@ from shmvec.adapters.torch_device import DeviceHandoff
 from shmvec.backends import make_pool
 from shmvec.engine.interface import Engine
 from shmvec.errors import SpaceMismatchError, StepTimeoutError, WorkerDiedError
+from shmvec.gymnasium_1_1 import AutoresetMode, batch_differing_spaces, require_vector_api
 from shmvec.ipc.protocol import Reset
 from shmvec.options import PoolOptions, options_doc
 
@@ -127,6 +127,7 @@ class ShmVectorEnv(EnvCalls, AsyncBatches, GymResults, TimingsView, VectorEnv):
         daemon: bool = dropin_args.DEFAULT_TRUE,
         **pool_options: Any,
     ):
+        require_vector_api(type(self).__name__)  # before VectorEnv.__init__, whose 0.29 signature differs
         super().__init__()
         given = dict(copy=copy, autoreset_mode=autoreset_mode, observation_mode=observation_mode, context=context)
         given.update(shared_memory=shared_memory, daemon=daemon)  # AsyncVectorEnv's, as it takes them

@@ -43,7 +43,6 @@ from typing import Any, NoReturn
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
 try:
     import ray
@@ -73,6 +72,7 @@ from shmvec.engine.interface import EngineBase
 from shmvec.engine.pool import START_TIMEOUT
 from shmvec.engine.validation import check_env_fns, check_same_spaces
 from shmvec.errors import RemoteTraceback, StepTimeoutError, WorkerDiedError
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.pickled import PickledLeaves

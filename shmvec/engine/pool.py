@@ -62,7 +62,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.vector import AutoresetMode
 
 from shmvec.clocks.call_clock import CallClock, NoClock
 from shmvec.engine.async_schedule import AsyncSchedule
@@ -79,6 +78,7 @@ from shmvec.engine.step_tree import StepTree
 from shmvec.engine.timing_run import timer
 from shmvec.engine.validation import check_env_fns, check_same_spaces
 from shmvec.engine.worker_waits import WorkerWaits
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import interrupts, pickled
 from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import ActionRows

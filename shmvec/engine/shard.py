@@ -20,8 +20,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.info_rows import INFO_CODE, InfoWriter, fast_copy

@@ -24,10 +24,10 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 import threadpoolctl
-from gymnasium.vector import AutoresetMode
 
 from shmvec.engine.env_building import build_envs, describe_envs
 from shmvec.engine.shard import EnvFailed, Shard
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import layout as lay
 from shmvec.ipc import wire
 from shmvec.ipc.arena import attach

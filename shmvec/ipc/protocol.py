@@ -61,9 +61,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import gymnasium as gym
-from gymnasium.vector import AutoresetMode
 
 from shmvec.errors import EnvError
+from shmvec.gymnasium_1_1 import AutoresetMode
 
 
 class Command(enum.IntEnum):

@@ -35,13 +35,18 @@ def quieten(env: Any) -> str | None:
             return f"it renders to a window ({type(layer).__name__} with render_mode='human')"
     for layer in layers(env):
         if isinstance(layer, gym.wrappers.RecordVideo):
-            layer.episode_trigger = None  # a recording starts only from a trigger
-            layer.step_trigger = None
-        writer = getattr(layer, "results_writer", None)
+            layer.episode_trigger = layer.step_trigger = never  # a recording starts only from a trigger
+        writer = vars(layer).get("results_writer")  # its own: Gymnasium 0.29's wrappers forward getattr, warning
         if callable(getattr(writer, "write_row", None)):  # SB3's Monitor (and its subclasses) with a file
             layer.results_writer = None
             writer.close()
     return None
+
+
+def never(_: int) -> bool:
+    """A ``RecordVideo`` trigger that never fires (Gymnasium 0.29 calls its episode trigger when
+    there is no step trigger, even if it is None; 1.x skips a None trigger)."""
+    return False
 
 
 def layers(env: Any) -> Iterator[Any]:

@@ -36,6 +36,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shmvec.gymnasium_1_1 import require_vector_api
 from shmvec.planning import plan as autoconfig
 from shmvec.planning.env_timing import time_env_and_machine
 from shmvec.tools.demo import measure as steps_per_second
@@ -97,6 +98,7 @@ def plan_rows(
     """The implementations to measure: the references (those installed) and shmvec's candidates
     (for envs that wait, also worker counts beyond the cores: :func:`shmvec_candidates`), with
     ``plan``'s among them."""
+    require_vector_api("shmvec.tune")  # it measures ShmVectorEnv and Gymnasium's vector envs
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
     from shmvec.adapters.vector import ShmVectorEnv
@@ -296,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args(argv)
+    require_vector_api("python -m shmvec.tune")  # before timing the env: see plan_rows
     if args.num_envs < 1:
         parser.error("--num-envs must be at least 1")
     env_fn = env_fn_from(args.env)

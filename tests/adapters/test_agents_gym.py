@@ -10,15 +10,18 @@ import time
 
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import VectorEnv
 
 pytest.importorskip("pettingzoo")
 
 from shmvec import ShmAgentVectorEnv  # noqa: E402
 from shmvec.adapters.agent_slots import slots_env_fns  # noqa: E402
 from shmvec.errors import InvalidActionError, ResetNeededError, SpaceMismatchError  # noqa: E402
+from shmvec.gymnasium_1_1 import AutoresetMode
 from tests.agent_envs import AbsentAgentEnv, DyingAgentsEnv, MixedSpacesEnv, PidAgentsEnv  # noqa: E402
 from tests.helpers import gone  # noqa: E402
+
+pytestmark = pytest.mark.vector_api  # ShmAgentVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
 
 
 class RowInfos:

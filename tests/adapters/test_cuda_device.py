@@ -11,12 +11,12 @@ import sys
 import textwrap
 
 import pytest
-from gymnasium.vector import AutoresetMode
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv  # noqa: E402
+from shmvec.gymnasium_1_1 import AutoresetMode  # noqa: E402
 from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence  # noqa: E402
 from tests.adapters.test_vector_device import make_pair  # noqa: E402
 from tests.helpers import assert_same  # noqa: E402

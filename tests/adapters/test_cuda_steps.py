@@ -21,13 +21,13 @@ import warnings
 
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode
 
 torch = pytest.importorskip("torch")
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, WorkerDiedError  # noqa: E402
 from shmvec.adapters import cuda_copies, torch_device  # noqa: E402
 from shmvec.engine import worker  # noqa: E402
+from shmvec.gymnasium_1_1 import AutoresetMode  # noqa: E402
 from shmvec.ipc import arena as arena_module  # noqa: E402
 from shmvec.ipc import pinning  # noqa: E402
 from shmvec.tools.cuda_stand_ins import StandInCalls, StandInEvent, StandInStream  # noqa: E402
@@ -191,6 +191,7 @@ def test_pin_memory_without_cuda_warns_once_and_works(closing):
     env.step(np.zeros(4, dtype=np.int64))
 
 
+@pytest.mark.vector_api
 def test_a_dead_worker_still_unregisters_before_the_arena_closes(cuda_log, fake_cuda):
     env = cuda_vector_env()
     try:
@@ -214,6 +215,7 @@ def test_an_env_never_closed_unregisters_when_collected(cuda_log):
     assert [entry[0] for entry in cuda_log.log] == ["register", "unregister", "arena closed"]
 
 
+@pytest.mark.vector_api
 def test_a_constructor_that_fails_after_registration_unregisters(cuda_log, fake_cuda, monkeypatch):
     def fail(self, pool):
         pool.page_lock()
@@ -286,6 +288,7 @@ class WriteChecker:
 
 @pytest.mark.parametrize("one_copy", [True, False], ids=["one-span-copy", "a-copy-per-array"])
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED], ids=lambda m: m.name)
+@pytest.mark.vector_api
 def test_whole_steps_match_and_wait_for_their_copies(mode, one_copy, fake_cuda, closing, monkeypatch):
     if not one_copy:  # as for memory that is not one arena (Ray's driver): each array on its own
         monkeypatch.setattr(cuda_copies, "SPAN_SLACK", (1.0, 0))

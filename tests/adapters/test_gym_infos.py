@@ -17,6 +17,10 @@ from shmvec.ipc.layout import ArenaLayout, shard_bounds
 from shmvec.ipc.protocol import StepInfo
 from tests.helpers import assert_same
 
+pytestmark = (
+    pytest.mark.vector_api
+)  # ShmVectorEnv's infos, against Gymnasium 1.1's _add_info: Gymnasium 1.1 on (tests/conftest.py)
+
 N_ENVS, N_WORKERS = 6, 2
 MUJOCO = {"x_position": np.float64(0.25), "reward_ctrl": np.float32(-0.5), "reward_survive": 1.0, "t": 3}
 

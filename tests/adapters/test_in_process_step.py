@@ -10,13 +10,14 @@ import signal
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
 from shmvec.errors import AlreadyPendingError, ResetNeededError
+from shmvec.gymnasium_1_1 import AutoresetMode
 
 
 class HandlerSeen(gym.Env):

@@ -10,11 +10,12 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 import shmvec
 from shmvec import ShmVectorEnv
 from shmvec.adapters.registration import ShmVectorEntryPoint, twin_id
+from shmvec.gymnasium_1_1 import AutoresetMode
 from tests.adapters.test_vector import run_equivalence
 
 TWIN = "shmvec/CartPole-v1"

@@ -13,7 +13,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 import shmvec
 from shmvec import (
@@ -25,9 +25,12 @@ from shmvec import (
     StepTimeoutError,
     WorkerDiedError,
 )
+from shmvec.gymnasium_1_1 import AutoresetMode
 from tests.envs import TAXI, MixedDictEnv, NestedEnv, TupleObsEnv, make_info_types, make_mixed
 from tests.gym_versions import ASSERTS_RESET_MASKS, WRITES_CLASS_METADATA
 from tests.helpers import assert_same
+
+pytestmark = pytest.mark.vector_api  # ShmVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
 
 STEPS = 300
 MODES = list(AutoresetMode)

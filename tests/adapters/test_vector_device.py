@@ -15,15 +15,18 @@ import textwrap
 
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 torch = pytest.importorskip("torch")
 
 from shmvec import ShmVectorEnv  # noqa: E402
+from shmvec.gymnasium_1_1 import AutoresetMode  # noqa: E402
 from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence  # noqa: E402
 from tests.envs import make_any_space, make_dict_action, make_image  # noqa: E402
 from tests.helpers import assert_same  # noqa: E402
 from tests.torch_results import AsNumpy, async_batches, to_tensors  # noqa: E402
+
+pytestmark = pytest.mark.vector_api  # ShmVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
 
 CPU = torch.device("cpu")
 DEVICE_ENVS = {

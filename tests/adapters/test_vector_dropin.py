@@ -24,15 +24,15 @@ import numpy as np
 import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.spaces import Box, Discrete
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
-from gymnasium.vector.utils import batch_differing_spaces
 from hypothesis import given
 from hypothesis import strategies as st
 
 import shmvec
 from shmvec import ShmVectorEnv
 from shmvec.adapters import dropin_args
+from shmvec.gymnasium_1_1 import AutoresetMode, batch_differing_spaces
 from shmvec.options import default_start_method
 from tests.adapters import start_probe
 from tests.adapters.test_vector import ENV_FACTORIES, run_equivalence
@@ -44,6 +44,8 @@ from tests.gym_versions import (
     WRITES_CLASS_METADATA,
 )
 from tests.helpers import assert_same, descendant_pids, shm_entries
+
+pytestmark = pytest.mark.vector_api  # ShmVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
 
 CARTPOLE = ENV_FACTORIES["CartPole"]
 

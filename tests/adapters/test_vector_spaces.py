@@ -14,9 +14,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 from shmvec import InvalidActionError, ShmVectorEnv, UnsupportedSpaceError
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import layout as lay
 from tests.adapters.test_vector import run_equivalence
 from tests.envs import (
@@ -28,6 +29,8 @@ from tests.envs import (
     make_tuple_any_space,
 )
 from tests.helpers import assert_same
+
+pytestmark = pytest.mark.vector_api  # ShmVectorEnv (and Gymnasium 1.x's spaces): Gymnasium 1.1 on (tests/conftest.py)
 
 STEPS = 300
 MODES = list(AutoresetMode)

@@ -34,10 +34,10 @@ import traceback
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
 from shmvec import ShmVectorEnv
 from shmvec.engine.pool import ShmPool
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.options import PoolOptions
 
 N_ENVS = 12

@@ -7,11 +7,12 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 import shmvec.engine.worker
 from shmvec import ShmVectorEnv, StepStateError, StepTimeoutError, WorkerDiedError
 from shmvec.errors import AlreadyPendingError, NoPendingCallError
+from shmvec.gymnasium_1_1 import AutoresetMode
 from tests.envs import make_mixed
 from tests.faulty import Boom, env_fns
 from tests.helpers import assert_same

@@ -432,7 +432,7 @@ STEPPING_SCRIPT = """
         signal.signal(signal.SIGINT, signal.default_int_handler)
         start_method, adapter, state = sys.argv[1:]
         if adapter == "sb3":
-            from shmvec import ShmPoolVecEnv, ShmVectorEnv as VecEnv
+            from shmvec import ShmPoolVecEnv as VecEnv
         else:
             from shmvec import ShmVectorEnv as VecEnv
         env = VecEnv([SlowEnv] * 4, n_workers=2, start_method=start_method)

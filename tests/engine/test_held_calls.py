@@ -35,6 +35,7 @@ def run_scenario(*args: str, timeout: float = 60.0) -> dict:
 
 
 @pytest.mark.parametrize("n_workers", [0, 1], ids=["main-shard-only", "worker-and-main-shard"])
+@pytest.mark.vector_api  # its scenario builds a ShmVectorEnv
 def test_a_ctrl_c_stops_an_env_stuck_in_the_main_shard_and_the_pool_steps_on(n_workers):
     report = run_scenario("stuck", str(n_workers))
     assert f"n_workers={n_workers}, use_main_process=True" in report["plan"], report
@@ -44,6 +45,7 @@ def test_a_ctrl_c_stops_an_env_stuck_in_the_main_shard_and_the_pool_steps_on(n_w
     assert report["after"] == "same", report
 
 
+@pytest.mark.vector_api  # its scenario builds a ShmVectorEnv
 def test_a_ctrl_c_stops_an_env_stuck_in_an_async_send_and_the_pool_says_it_must_be_closed():
     report = run_scenario("stuck", "1", "sends")
     assert report["interrupted"] and report["after_signal"] < 1.5, report
@@ -52,6 +54,7 @@ def test_a_ctrl_c_stops_an_env_stuck_in_an_async_send_and_the_pool_says_it_must_
 
 
 @pytest.mark.parametrize("sigint", [[], ["own"]], ids=["default-sigint-handler", "own-sigint-handler"])
+@pytest.mark.vector_api  # its scenario builds a ShmVectorEnv
 def test_a_raising_alarm_handler_never_leaves_ctrl_c_held(sigint):
     report = run_scenario("alarms", *sigint)
     assert report["alarms"] >= 50 and report["calls"] >= 100, report  # the alarms hit, and calls went on
@@ -59,6 +62,7 @@ def test_a_raising_alarm_handler_never_leaves_ctrl_c_held(sigint):
     assert report["ctrl_c_raises"], report
 
 
+@pytest.mark.vector_api  # its scenario builds a ShmVectorEnv
 def test_a_large_async_reset_beside_large_sends_completes():
     report = run_scenario("large-request", timeout=90.0)
     assert report["env_ids"] == [0, 1, 2, 3], report
@@ -66,6 +70,7 @@ def test_a_large_async_reset_beside_large_sends_completes():
     assert report["reset_obs"] == report["want_obs"], report
 
 
+@pytest.mark.vector_api  # its scenario builds a ShmVectorEnv
 def test_a_large_request_to_a_worker_that_does_not_read_times_out():
     report = run_scenario("hung-reader")
     assert report["raised"].startswith("StepTimeoutError: envs 0"), report

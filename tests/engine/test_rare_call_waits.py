@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
 
 from shmvec.engine import ops
 from shmvec.engine.rare_calls import Requests
 from shmvec.engine.shard import Shard
 from shmvec.engine.worker import _Sends, _serve
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.protocol import Command, NextWait, Reset, RunOps, post_word

@@ -21,10 +21,11 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ResetNeededError, ShmPoolVecEnv, ShmVectorEnv, WorkerDiedError
+from shmvec.gymnasium_1_1 import AutoresetMode
 from tests.faulty import N_ENVS, N_WORKERS, die_once_fns, env_fns
 from tests.helpers import assert_same, env_pids, gone
 
@@ -164,6 +165,7 @@ def test_infos_in_shared_rows_come_from_the_restarted_worker_after_a_restart(clo
     [(mode, how, AT) for mode in [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP] for how in HOW]
     + [(AutoresetMode.SAME_STEP, "exit", LATE)],
 )
+@pytest.mark.vector_api
 def test_gym_restart_truncates_dead_envs_and_keeps_the_others(closing, marker, mode, how, at):
     env, ref = gym_pair(closing, die_once_fns(how, marker, at=at), mode, start_method="fork", **RESTART)
     old = env_pids(env)
@@ -226,6 +228,7 @@ def test_gym_disabled_mode_restarted_envs_need_a_reset(closing, marker):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+@pytest.mark.vector_api
 def test_restart_under_forkserver_and_spawn(closing, marker, start_method):
     env, ref = gym_pair(closing, die_once_fns("sigkill", marker, at=AT), start_method=start_method, **RESTART)
     old = env_pids(env)

@@ -13,7 +13,7 @@ import types
 import numpy as np
 import posix_ipc
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -21,6 +21,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, WorkerDiedError
 from shmvec.engine.link import AWAIT_DONE, AWAIT_PAYLOAD, IDLE
 from shmvec.engine.step_tree import FANOUT, StepTree, children_of
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import Command, post_word
 from tests.envs import EndsAt, cartpole, make_any_space

@@ -165,3 +165,11 @@ def test_an_env_that_renders_to_a_window_is_not_timed(env_fn):
 def test_print_says_the_env_was_not_timed(closing):
     envs = closing(ShmVectorEnv([functools.partial(gym.make, "CartPole-v1", render_mode="human")] * 2))
     assert "not timed, as it renders to a window" in repr(envs)
+
+
+def test_quieten_looks_up_no_attribute_through_the_wrappers(recwarn):
+    """Only each layer's own attributes: Gymnasium 0.29's wrappers forward a missing one with a
+    deprecation warning, which the user would see for every env the timing run builds."""
+    env = gym.make("CartPole-v1")  # TimeLimit, OrderEnforcing, PassiveEnvChecker
+    assert quieten(env) is None
+    assert [str(w.message) for w in recwarn] == []

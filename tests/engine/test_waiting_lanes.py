@@ -8,10 +8,11 @@ import time
 
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv, StepTimeoutError, WorkerDiedError
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.planning.plan import usable_cores
 from tests.envs import WaitingRandomEnv
 from tests.faulty import Boom, FaultyEnv

@@ -21,13 +21,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 from hypothesis import event, given
 from hypothesis import strategies as st
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
+from shmvec.gymnasium_1_1 import AutoresetMode
 from tests.adapters.test_sb3_dropin import per_env_actions, start_both
 from tests.adapters.test_vector import run_equivalence
 from tests.helpers import assert_same
@@ -91,6 +92,7 @@ def note_ends(count: int) -> None:
 # ---- ShmVectorEnv == SyncVectorEnv ------------------------------------------------------------
 
 
+@pytest.mark.vector_api
 @given(design=designs(gym_observation_spaces, gym_action_spaces), shape=pool_shapes(), seed=seeds)
 def test_shm_vector_env_matches_sync_vector_env(design, shape, seed):
     with closing_all() as closing:

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shmvec.gymnasium_1_1 import AutoresetMode
 from tests.adapters.test_sb3_dropin import start_both
 from tests.equivalence.test_properties import STEPS, assert_same_received, closing_all, gym_pair, sb3_pair, seeds
 from tests.helpers import assert_same

@@ -22,12 +22,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
 
 from shmvec.engine.async_schedule import IN_FLIGHT, AsyncSchedule
 from shmvec.engine.link import WorkerLink
 from shmvec.engine.shard import Shard
 from shmvec.engine.worker import _catch_up, _Sends, _serve
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import layout as lay
 from shmvec.ipc.action_rows import ActionRows
 from shmvec.ipc.protocol import SENT_SPAN, SEQ_SPAN, Command, post_word, read_word

@@ -10,10 +10,11 @@ import types
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 from shmvec import ShmPoolVecEnv, ShmVectorEnv
 from shmvec.engine import pool as pool_module
+from shmvec.gymnasium_1_1 import AutoresetMode
 from shmvec.ipc import layout as lay
 from shmvec.ipc.protocol import NextWait
 from shmvec.ipc.signals import MAX_SPIN

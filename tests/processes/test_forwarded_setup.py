@@ -110,6 +110,7 @@ def run(text: str, way: str, tmp_path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("way", list(WAYS))
+@pytest.mark.vector_api  # its script builds a ShmVectorEnv
 def test_the_scripts_set_up_reaches_every_worker(way, tmp_path):
     (tmp_path / "probe_setup_env.py").write_text(PROBE_MODULE)
     adapter, method = WAYS[way]
@@ -130,6 +131,7 @@ def test_the_scripts_set_up_reaches_every_worker(way, tmp_path):
         assert f"probe|reset in {report['pid']}" in lines, result.stdout  # relayed to the script's handler
 
 
+@pytest.mark.vector_api  # its script builds a ShmVectorEnv
 def test_import_main_from_dash_c_says_the_main_module_has_no_file(tmp_path):
     result = run(IMPORT_MAIN_SCRIPT, "dash-c", tmp_path)
     assert "ValueError: import_main=True: the main module has no file" in result.stdout, result.stdout

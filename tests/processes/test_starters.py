@@ -109,6 +109,7 @@ GZIP_CALLER = """
 """
 
 
+@pytest.mark.vector_api  # its script builds a ShmVectorEnv
 def test_a_gzip_log_of_the_caller_stays_readable(tmp_path):
     import gzip
 
@@ -130,6 +131,7 @@ STDIO_CALLER = """
 """
 
 
+@pytest.mark.vector_api  # its script builds a ShmVectorEnv
 def test_output_pending_in_c_stdio_is_written_once(tmp_path):
     with open(tmp_path / "out", "w") as out:
         script = tmp_path / "caller.py"
@@ -157,6 +159,7 @@ LOCK_CALLER = """
 """
 
 
+@pytest.mark.vector_api  # its script builds a ShmVectorEnv
 def test_a_lock_held_by_an_uncounted_thread_of_the_caller_stalls_nothing(tmp_path):
     done = run_script(tmp_path, LOCK_CALLER)
     assert "why='auto: " in done.stdout, done.stdout  # not "timing env 1 failed" after a 20 s stall
@@ -191,6 +194,7 @@ TORCH_CALLER = """
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.vector_api  # its script builds a ShmVectorEnv
 def test_a_caller_that_used_openmp_threads_stalls_no_process(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("threadpoolctl")
@@ -225,6 +229,7 @@ OWN_FORKSERVER_CALLER = """
 """
 
 
+@pytest.mark.vector_api  # its script builds a ShmVectorEnv
 def test_the_callers_own_forkserver_and_multiprocessing_are_left_alone(tmp_path):
     done = run_script(tmp_path, OWN_FORKSERVER_CALLER)
     assert "the caller's own forkserver works" in done.stdout
@@ -290,6 +295,7 @@ ODD_MODULES = {
 
 
 @pytest.mark.parametrize("kind", sorted(ODD_MODULES))
+@pytest.mark.vector_api  # its scenario builds a ShmVectorEnv
 def test_a_preloaded_module_that_fails_or_hangs_or_prints_leaves_a_working_pool(tmp_path, kind):
     if kind == "runs-openmp":
         pytest.importorskip("torch")
@@ -328,6 +334,7 @@ LATE_PATH_CALLER = """
 """
 
 
+@pytest.mark.vector_api  # its script builds a ShmVectorEnv
 def test_a_module_on_a_sys_path_changed_after_the_server_started_is_found(tmp_path):
     assert "late env stepped" in run_script(tmp_path, LATE_PATH_CALLER).stdout
 
@@ -393,6 +400,7 @@ SLOW_START_CALLER = """
 
 
 @pytest.mark.parametrize("interrupt", [True, False], ids=["ctrl-c", "sigkill"])
+@pytest.mark.vector_api  # its script builds a ShmVectorEnv
 def test_ctrl_c_or_sigkill_of_the_caller_while_the_server_starts(tmp_path, interrupt):
     (tmp_path / "slow_module.py").write_text(
         "import sys, time\nif sys.argv == ['-c']: time.sleep(3)\nfrom tests.envs import cartpole\n\n"
@@ -434,6 +442,7 @@ DAEMON_CALLER = """
     [(True, False), (True, True), (False, False)],
     ids=["close-forgotten", "finalize-first", "sigkill"],
 )
+@pytest.mark.vector_api  # its script builds a ShmVectorEnv
 def test_non_daemonic_workers_start_children_and_never_outlive_the_caller(tmp_path, forget, finalize_first):
     """Nothing the workers' envs started outlives the caller either (an env child that does not watch its parent)."""
     with running_caller(tmp_path, DAEMON_CALLER, forget=forget, finalize_first=finalize_first) as caller:

@@ -185,6 +185,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.vector_api  # its script builds a ShmVectorEnv
 def test_the_same_script_draws_the_same_streams_under_every_start_method(tmp_path):
     """One run per start method, all at once: each draws what the rule gives its first two pools,
     which does not depend on the run."""

@@ -77,6 +77,7 @@ def test_a_vector_env_not_of_shmvec_is_refused():
         envs.close()
 
 
+@pytest.mark.vector_api
 def test_the_tuner_prints_where_the_time_went(capsys):
     args = ["CartPole-v1", "--num-envs", "2", "--seconds", "0.05", "--repeats", "1", "--policy", "none"]
     assert tune.main(args) == 0

@@ -12,6 +12,8 @@ from shmvec.planning import plan as autoconfig
 from shmvec.tools import tune
 from shmvec.tools.stand_in import stand_in_policy
 
+pytestmark = pytest.mark.vector_api  # the tuner, which measures ShmVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
+
 
 def test_tuner_smoke_json(capsys):
     assert tune.main(["CartPole-v1", "--num-envs", "2", "--seconds", "0.01", "--repeats", "1", "--json"]) == 0
