@@ -46,6 +46,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+if __package__ in (None, ""):  # run as a script: bench/ as this checkout's package (agents_pufferlib)
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [os.path.dirname(_here), *(p for p in sys.path if os.path.abspath(p or ".") != _here)]
+
 SUPERSUIT_CPUS = {"supersuit k=0": 0, "supersuit k=2": 2}
 IMPLS: tuple[str, ...] = ("supersuit k=0", "supersuit k=2", "shmvec")
 # PufferLib's PettingZoo emulation and Multiprocessing vectorization, where pufferlib-core imports
