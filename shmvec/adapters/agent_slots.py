@@ -228,7 +228,10 @@ class AgentSlotsEnv(gym.Env):
         if not hasattr(self, name) and hasattr(self.par_env, name):
             setattr(self.par_env, name, value)
             return True
-        return super().set_wrapper_attr(name, value, force=force)
+        if force or hasattr(self, name):  # Gymnasium 1.1's Env.set_wrapper_attr (0.29's Env has none, 1.0's no force)
+            setattr(self, name, value)
+            return True
+        return False
 
 
 @dataclass(frozen=True)

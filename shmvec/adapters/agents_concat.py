@@ -15,7 +15,7 @@ import numpy as np
 from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS
 from shmvec.adapters.agents_gym import ShmAgentVectorEnv, flag_whole_copies, info_row
 from shmvec.errors import InvalidActionError
-from shmvec.gymnasium_1_1 import AutoresetMode
+from shmvec.gymnasium_1_1 import AutoresetMode, require_vector_api
 
 __all__ = ["ShmAgentConcatVecEnv", "concat_vec_envs_v1"]
 
@@ -47,6 +47,8 @@ def concat_vec_envs_v1(
     if num_cpus is not None and num_cpus < 0:
         raise ValueError(f"num_cpus must be 0 or more worker processes, got {num_cpus}")
     n_workers = None if num_cpus is None else min(int(num_cpus), int(num_vec_envs))
+    if base_class == "gymnasium":
+        require_vector_api('concat_vec_envs_v1(..., base_class="gymnasium") (base_class="stable_baselines3" works)')
     if base_class == "stable_baselines3":
         from shmvec.adapters.agents_sb3 import ShmAgentVecEnv
 

@@ -35,7 +35,7 @@ try:
     from stable_baselines3.common.vec_env.util import obs_space_info
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "ShmPoolVecEnv needs stable-baselines3: pip install 'stable-baselines3>=2.6' (shmvec's [sb3] extra), "
+        "ShmPoolVecEnv needs stable-baselines3: pip install 'stable-baselines3>=2.4' (shmvec's [sb3] extra), "
         "or use shmvec.ShmVectorEnv"
     ) from exc
 

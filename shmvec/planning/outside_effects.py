@@ -34,9 +34,11 @@ def quieten(env: Any) -> str | None:
         if getattr(layer, "render_mode", None) == "human":
             return f"it renders to a window ({type(layer).__name__} with render_mode='human')"
     for layer in layers(env):
-        if isinstance(layer, gym.wrappers.RecordVideo):
-            layer.episode_trigger = layer.step_trigger = never  # a recording starts only from a trigger
-        writer = vars(layer).get("results_writer")  # its own: Gymnasium 0.29's wrappers forward getattr, warning
+        own = vars(layer)  # its own attributes: Gymnasium 0.29's wrappers forward getattr, warning
+        if isinstance(layer, gym.Wrapper) and "episode_trigger" in own and "step_trigger" in own:
+            # RecordVideo, and Gymnasium 0.29's RecordVideoV0 (not its subclass): a recording starts only from a trigger
+            layer.episode_trigger = layer.step_trigger = never
+        writer = own.get("results_writer")
         if callable(getattr(writer, "write_row", None)):  # SB3's Monitor (and its subclasses) with a file
             layer.results_writer = None
             writer.close()

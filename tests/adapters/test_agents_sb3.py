@@ -176,3 +176,10 @@ def test_ppo_learns_on_simple_spread(closing):
     assert model.num_timesteps >= 512
     # two rollouts of 64 steps per slot: five episodes of 25 steps per agent slot, ended by same-step resets
     assert len(model.ep_info_buffer) == 5 * 6 and {e["l"] for e in model.ep_info_buffer} == {25}
+
+
+def test_set_attr_sets_an_attribute_neither_env_has_on_the_slot_env(closing):
+    env = closing(ShmAgentVecEnv(DyingAgentsEnv(n_agents=2), 2, n_workers=0))
+    env.set_attr("brand_new", 3)
+    env.set_attr("max_steps", 9)  # the ParallelEnv's own
+    assert env.get_attr("brand_new") == [3] * 4 and env.get_attr("max_steps") == [9] * 4

@@ -173,3 +173,17 @@ def test_quieten_looks_up_no_attribute_through_the_wrappers(recwarn):
     env = gym.make("CartPole-v1")  # TimeLimit, OrderEnforcing, PassiveEnvChecker
     assert quieten(env) is None
     assert [str(w.message) for w in recwarn] == []
+
+
+def test_quieten_stops_any_wrapper_with_recordvideos_triggers(moviepy):
+    """Gymnasium 0.29's RecordVideoV0 is not RecordVideo's subclass: a wrapper with its own
+    episode and step triggers is stopped by them."""
+
+    class OwnRecorder(gym.Wrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.episode_trigger, self.step_trigger = (lambda episode: True), None
+
+    env = OwnRecorder(gym.make("CartPole-v1"))
+    assert quieten(env) is None
+    assert env.episode_trigger(0) is False and env.step_trigger(0) is False
