@@ -148,10 +148,11 @@ def test_the_cpu_sampler_steps_either_adapter(monkeypatch, adapter):
 
 @pytest.mark.smoke
 def test_a_row_against_this_commit():
-    """The whole path: a worktree of HEAD, children on both sides, the table; this tree is HEAD or
-    its working copy, so the row is not SLOWER beyond its spread."""
+    """The whole path: a worktree of HEAD, children on both sides, the table. The verdict is left
+    out (--noise 1: never SLOWER): one round of a µs-sized row against itself can read 0.2 against 6
+    µs on a loaded machine; the gate's verdicts have tests of their own."""
     done = subprocess.run(
-        [sys.executable, GATE, "--against", "HEAD", "--rows", "cpu-per-worker", "--rounds", "1", "--noise", "0.9"],
+        [sys.executable, GATE, "--against", "HEAD", "--rows", "cpu-per-worker", "--rounds", "1", "--noise", "1.0"],
         capture_output=True,
         text=True,
         timeout=600,
