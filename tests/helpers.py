@@ -114,6 +114,12 @@ def gone(pid: int) -> bool:
         return True
 
 
+def kill_and_wait(pid: int, timeout: float = 10.0) -> None:
+    """SIGKILL ``pid`` (a worker) and wait until it is gone, so the next call meets a dead worker."""
+    os.kill(pid, signal.SIGKILL)
+    poll_until(lambda: gone(pid), timeout)
+
+
 def poll_until(predicate: Callable[[], bool], timeout: float) -> bool:
     """Poll ``predicate`` every 50 ms; whether it came true within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -14,7 +14,6 @@ import numpy as np
 
 from shmvec.adapters.agent_slots import AGENT_INFOS, LEFT_AGENT_OBS
 from shmvec.adapters.agents_gym import ShmAgentVectorEnv, flag_whole_copies, info_row
-from shmvec.errors import InvalidActionError
 from shmvec.gymnasium_1_1 import AutoresetMode, require_vector_api
 
 __all__ = ["ShmAgentConcatVecEnv", "concat_vec_envs_v1"]
@@ -117,23 +116,14 @@ class ShmAgentConcatVecEnv(ShmAgentVectorEnv):
 
     def step_async(self, actions: Any) -> None:
         """Start a step: one action per slot, ``(num_envs, *action_shape)``."""
-        self._copies.step_async(self._copy_actions(actions))
+        self._copies.step_async(self._copy_actions(actions, self.num_copies))
 
     def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
         return self._slot_step(self._copies.step_wait())
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
         """Step every slot's agent (agents absent or done ignore theirs); results per slot."""
-        return self._slot_step(self._copies.step(self._copy_actions(actions)))
-
-    def _copy_actions(self, actions: Any) -> np.ndarray:
-        actions = np.asarray(actions)
-        if actions.ndim == 0 or actions.shape[0] != self.num_envs:
-            raise InvalidActionError(
-                f"expected one action per agent slot ({self.num_copies} copies x {self.num_agents} agents = "
-                f"{self.num_envs}), got an array of shape {actions.shape}"
-            )
-        return actions.reshape(self.num_copies, self.num_agents, *actions.shape[1:])
+        return self._slot_step(self._copies.step(self._copy_actions(actions, self.num_copies)))
 
     def _slot_step(self, results: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
         rows, _, copy_terminations, copy_truncations, copy_infos = results
@@ -189,9 +179,6 @@ class ShmAgentConcatVecEnv(ShmAgentVectorEnv):
 
     def async_reset(self, seed: Any = None, options: dict[str, Any] | None = None) -> None:
         raise NotImplementedError(_NO_BATCHES)
-
-    def __enter__(self) -> ShmAgentConcatVecEnv:
-        return self
 
 
 _NO_BATCHES = "SuperSuit's vector env has no async batches: ShmAgentVectorEnv(..., batch_size=k) has them"

@@ -4,10 +4,6 @@ the same seeds and actions, on PettingZoo's envs as its tutorials wrap them."""
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-
 import numpy as np
 import pytest
 
@@ -20,7 +16,7 @@ from supersuit import concat_vec_envs_v1 as supersuit_concat_vec_envs_v1  # noqa
 import shmvec  # noqa: E402
 from shmvec.adapters.agents_concat import ShmAgentConcatVecEnv  # noqa: E402
 from tests.agent_envs import AbsentAgentEnv, DyingAgentsEnv, PidAgentsEnv  # noqa: E402
-from tests.helpers import assert_same, gone  # noqa: E402
+from tests.helpers import assert_same, kill_and_wait  # noqa: E402
 
 
 def assert_infos_equal(ours: list[dict], theirs: list[dict], where: str) -> None:
@@ -194,10 +190,7 @@ def test_a_restarted_copy_ends_the_episode_of_each_of_its_slots(closing):
     envs.step(actions)
     pid = envs.call("pid")[2]  # copy 1's worker
     assert pid != envs.call("pid")[0]
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while not gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    kill_and_wait(pid)
     with pytest.warns(RuntimeWarning, match="restarting"):
         _, rewards, terminations, truncations, infos = envs.step(actions)
     assert truncations.tolist() == [False, False, True, True] and not terminations.any()
@@ -241,3 +234,11 @@ def test_async_batches_are_refused_with_where_to_find_them():
             with pytest.raises(NotImplementedError, match="batch_size"):
                 call()
         envs.reset(seed=0)  # still usable
+
+
+def test_actions_of_another_shape_are_a_clear_error():
+    with shmvec.concat_vec_envs_v1(DyingAgentsEnv(n_agents=2), 2, 0) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(shmvec.InvalidActionError, match=r"shape \(4,\), one per agent slot .* got shape \(3,\)"):
+            envs.step(np.zeros(3, np.int64))
+        envs.step([0, 1, 2, 0])  # a list, as SuperSuit takes it

@@ -4,10 +4,6 @@ actions, bit-identical observations, rewards, flags, masks and infos."""
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-
 import numpy as np
 import pytest
 from gymnasium.vector import VectorEnv
@@ -19,7 +15,7 @@ from shmvec.adapters.agent_slots import slots_env_fns  # noqa: E402
 from shmvec.errors import InvalidActionError, ResetNeededError, SpaceMismatchError  # noqa: E402
 from shmvec.gymnasium_1_1 import AutoresetMode
 from tests.agent_envs import AbsentAgentEnv, DyingAgentsEnv, MixedSpacesEnv, PidAgentsEnv  # noqa: E402
-from tests.helpers import gone  # noqa: E402
+from tests.helpers import kill_and_wait  # noqa: E402
 
 pytestmark = pytest.mark.vector_api  # ShmAgentVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
 
@@ -281,13 +277,6 @@ def test_only_a_copy_of_an_instance_draws_a_seed_for_its_first_unseeded_reset():
     assert made.par_env.seeds_seen == [None, None, 7]
 
 
-def kill_and_wait(pid):
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while not gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
 def test_restarted_copies_play_their_own_episodes(closing):
     """Restarted copies of one instance (rebuilt from its pickle, reset unseeded) differ from each
     other and from the copy's previous life."""
@@ -357,10 +346,7 @@ def test_a_restarted_copy_ends_the_episode_of_each_of_its_slots(closing, mode):
     envs.step(actions)
     pid = envs.call("pid")[2]  # copy 1's worker
     assert pid != envs.call("pid")[0]
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while not gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    kill_and_wait(pid)
     with pytest.warns(RuntimeWarning, match="restarting"):
         _, rewards, terminations, truncations, infos = envs.step(actions)
     assert infos["_shmvec_restarted"].tolist() == [False, False, True, True]
