@@ -15,6 +15,7 @@ import importlib.metadata
 import importlib.util
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -36,7 +37,10 @@ def main() -> None:
     import shmvec
 
     where = Path(shmvec.__file__).resolve()
-    assert ROOT not in where.parents, f"shmvec imported from the checkout ({where}), not from the install"
+    # CI's venv may sit inside the checkout: what counts is that shmvec comes from this venv's
+    # site-packages (the installed wheel), not from the checkout's shmvec/ folder.
+    site_packages = Path(sysconfig.get_paths()["purelib"]).resolve()
+    assert site_packages in where.parents, f"shmvec imported from {where}, not from the install in {site_packages}"
     providers = importlib.metadata.packages_distributions().get("pygame", [])
     assert len(set(providers)) == 1, f"the module pygame comes from several distributions: {providers}"
     print(f"shmvec from {where.parent}; pygame from {providers[0]}")
