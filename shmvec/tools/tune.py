@@ -15,6 +15,10 @@ Each step is followed by a stand-in policy's forward pass on the observations
 the loop a vector env runs in: workers then wake up from a blocked wait every step, and
 torch's threads share the cores. ``--policy none`` measures a bare stepping loop.
 
+No process the tuner starts is a fork of it: shmvec's workers and SB3's ``SubprocVecEnv`` come
+from their default forkserver, ``AsyncVectorEnv`` is given ``context="forkserver"``; ENV must
+therefore be importable by a fresh process (a registered id or ``module:callable``).
+
 Example::
 
     python -m shmvec.tune CartPole-v1 --num-envs 64
@@ -110,7 +114,7 @@ def plan_rows(
 
         rows.append(Row("DummyVecEnv", "sb3", lambda: DummyVecEnv(fns)))
         if num_envs <= MAX_PROCS:
-            rows.append(Row("SubprocVecEnv", "sb3", lambda: SubprocVecEnv(fns, start_method="fork")))
+            rows.append(Row("SubprocVecEnv", "sb3", lambda: SubprocVecEnv(fns)))  # SB3's default: forkserver
     except ImportError:
         pass
     rows.append(Row("SyncVectorEnv", "gym", lambda: SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)))
@@ -119,7 +123,10 @@ def plan_rows(
             Row(
                 "AsyncVectorEnv",
                 "gym",
-                lambda: AsyncVectorEnv(fns, shared_memory=True, autoreset_mode=AutoresetMode.SAME_STEP),
+                # forkserver, not Python < 3.14's default fork: the tuner's process runs torch's threads
+                lambda: AsyncVectorEnv(
+                    fns, shared_memory=True, context="forkserver", autoreset_mode=AutoresetMode.SAME_STEP
+                ),
             )
         )
     pairs = shmvec_candidates(num_envs, cores, cpu_share)
@@ -133,9 +140,7 @@ def plan_rows(
             Row(
                 f"shmvec {args}",
                 "gym",
-                lambda k=k, main=main: ShmVectorEnv(
-                    fns, k, use_main_process=main, start_method="fork", autoreset_mode="SameStep"
-                ),
+                lambda k=k, main=main: ShmVectorEnv(fns, k, use_main_process=main, autoreset_mode="SameStep"),
                 (k, main),
                 predicted,
             )

@@ -90,3 +90,27 @@ def test_the_tuner_measures_worker_counts_beyond_the_cores_for_envs_that_wait(ca
     assert "shmvec n_workers=8" in names, names  # one worker per env: every env waits at once
     assert found["recommended"]["n_workers"] > found["cores"]
     assert all(row["error"] is None for row in found["rows"]), found["rows"]
+
+
+def test_no_process_the_tuner_starts_is_a_fork_of_it(tmp_path):
+    """Every row the tuner builds (SubprocVecEnv, AsyncVectorEnv, each shmvec layout) starts its
+    processes afresh: an env built in one of them does not see what this process set at run time."""
+    import functools
+    import os
+
+    from tests.processes.test_starters import SET_AT_RUN_TIME, SeesTheCaller
+
+    path = tmp_path / "seen"
+    env_fn = functools.partial(SeesTheCaller, str(path))
+    rows = tune.plan_rows(env_fn, num_envs=2, cores=2, t_env=1e-4)
+    assert {"SubprocVecEnv", "AsyncVectorEnv"} <= {row.name for row in rows}
+    assert any(row.plan and row.plan[0] >= 1 for row in rows)  # a layout with workers
+    SET_AT_RUN_TIME.append("marked")
+    try:
+        for row in rows:
+            row.build().close()
+    finally:
+        SET_AT_RUN_TIME.clear()
+    seen = [line.split() for line in path.read_text().splitlines()]
+    others = {marker for pid, marker in seen if int(pid) != os.getpid()}
+    assert others == {"-"}, seen
