@@ -45,3 +45,15 @@ def test_the_sb3_side_runs_on_an_older_gymnasium():
     pytest.importorskip("stable_baselines3")
     with shmvec.ShmPoolVecEnv([cartpole] * 2, n_workers=1) as envs:
         assert envs.reset().shape == (2, 4)
+
+
+@OLD
+def test_the_tuner_on_an_older_gymnasium_exits_with_the_message_not_a_traceback():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "shmvec.tune", "CartPole-v1", "--num-envs", "2"], capture_output=True, text=True
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"error: python -m shmvec.tune needs Gymnasium {VECTOR_API} or later"), done.stderr

@@ -303,7 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args(argv)
-    require_vector_api("python -m shmvec.tune")  # before timing the env: see plan_rows
+    try:
+        require_vector_api("python -m shmvec.tune")  # before timing the env: see plan_rows
+    except ImportError as exc:  # GymnasiumVersionError: its message, no traceback
+        raise SystemExit(f"error: {exc}") from None
     if args.num_envs < 1:
         parser.error("--num-envs must be at least 1")
     env_fn = env_fn_from(args.env)
