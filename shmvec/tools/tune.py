@@ -15,9 +15,12 @@ Each step is followed by a stand-in policy's forward pass on the observations
 the loop a vector env runs in: workers then wake up from a blocked wait every step, and
 torch's threads share the cores. ``--policy none`` measures a bare stepping loop.
 
-No process the tuner starts is a fork of it: shmvec's workers and SB3's ``SubprocVecEnv`` come
-from their default forkserver, ``AsyncVectorEnv`` is given ``context="forkserver"``; ENV must
-therefore be importable by a fresh process (a registered id or ``module:callable``).
+shmvec's rows start their processes as shmvec does by default: none is a fork of the tuner. The
+references' rows are forks of it (``SubprocVecEnv(start_method="fork")``, ``AsyncVectorEnv`` with
+multiprocessing's default, fork before Python 3.14), as they were measured before: their stepping
+is what is compared, and a fresh process of theirs would import the tuner's script again (a
+script without a ``__main__`` guard would run the tuner in each), lose envs registered at run
+time, and import torch once per env (SB3's worker function), where shmvec's forkserver does not.
 
 Example::
 
@@ -114,7 +117,7 @@ def plan_rows(
 
         rows.append(Row("DummyVecEnv", "sb3", lambda: DummyVecEnv(fns)))
         if num_envs <= MAX_PROCS:
-            rows.append(Row("SubprocVecEnv", "sb3", lambda: SubprocVecEnv(fns)))  # SB3's default: forkserver
+            rows.append(Row("SubprocVecEnv", "sb3", lambda: SubprocVecEnv(fns, start_method="fork")))
     except ImportError:
         pass
     rows.append(Row("SyncVectorEnv", "gym", lambda: SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)))
@@ -123,10 +126,7 @@ def plan_rows(
             Row(
                 "AsyncVectorEnv",
                 "gym",
-                # forkserver, not Python < 3.14's default fork: the tuner's process runs torch's threads
-                lambda: AsyncVectorEnv(
-                    fns, shared_memory=True, context="forkserver", autoreset_mode=AutoresetMode.SAME_STEP
-                ),
+                lambda: AsyncVectorEnv(fns, shared_memory=True, autoreset_mode=AutoresetMode.SAME_STEP),
             )
         )
     pairs = shmvec_candidates(num_envs, cores, cpu_share)
@@ -303,10 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args(argv)
-    try:
-        require_vector_api("python -m shmvec.tune")  # before timing the env: see plan_rows
-    except ImportError as exc:  # GymnasiumVersionError: its message, no traceback
-        raise SystemExit(f"error: {exc}") from None
+    require_vector_api("python -m shmvec.tune")  # before timing the env: see plan_rows
     if args.num_envs < 1:
         parser.error("--num-envs must be at least 1")
     env_fn = env_fn_from(args.env)

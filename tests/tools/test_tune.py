@@ -92,9 +92,10 @@ def test_the_tuner_measures_worker_counts_beyond_the_cores_for_envs_that_wait(ca
     assert all(row["error"] is None for row in found["rows"]), found["rows"]
 
 
-def test_no_process_the_tuner_starts_is_a_fork_of_it(tmp_path):
-    """Every row the tuner builds (SubprocVecEnv, AsyncVectorEnv, each shmvec layout) starts its
-    processes afresh: an env built in one of them does not see what this process set at run time."""
+def test_no_process_of_shmvecs_rows_is_a_fork_of_the_tuner(tmp_path):
+    """Every shmvec layout the tuner builds starts its processes as shmvec's default does: an env
+    built in one of them does not see what this process set at run time. (The references' rows
+    fork, as they were measured before: the module doc says why.)"""
     import functools
     import os
 
@@ -103,11 +104,11 @@ def test_no_process_the_tuner_starts_is_a_fork_of_it(tmp_path):
     path = tmp_path / "seen"
     env_fn = functools.partial(SeesTheCaller, str(path))
     rows = tune.plan_rows(env_fn, num_envs=2, cores=2, t_env=1e-4)
-    assert {"SubprocVecEnv", "AsyncVectorEnv"} <= {row.name for row in rows}
-    assert any(row.plan and row.plan[0] >= 1 for row in rows)  # a layout with workers
+    shmvec_rows = [row for row in rows if row.plan is not None]
+    assert any(row.plan[0] >= 1 for row in shmvec_rows)  # a layout with workers
     SET_AT_RUN_TIME.append("marked")
     try:
-        for row in rows:
+        for row in shmvec_rows:
             row.build().close()
     finally:
         SET_AT_RUN_TIME.clear()
