@@ -9,8 +9,9 @@ builds them (``base_class="stable_baselines3"``):
 
 Numbers each: **bare** stepping (agent steps per second: vector steps x slots / seconds, the
 same pre-drawn random actions for all, after a warm-up), the wall time of SB3
-``PPO("MlpPolicy").learn()`` (two rollouts; model construction not timed) and of the **job**
-(build + learn + close: what a user waits for, the layout choice and worker start-up included).
+``PPO("MlpPolicy").learn()`` (four rollouts: with two, the first rollout's warm-up weighed as much
+as the stepping; model construction not timed) and of the **job** (build + learn + close: what a
+user waits for, the layout choice and worker start-up included).
 Every (env, vector env) runs in a fresh process that imports torch first, as a training script
 does; they take turns, their order rotated each round, and the tables give medians over rounds
 and ratios: SuperSuit's faster / shmvec's (above 1: shmvec is faster).
@@ -243,7 +244,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=500, help="timed vector steps of bare stepping")
     p.add_argument("--warmup", type=int, default=50, help="vector steps before the timed ones")
     p.add_argument("--n-steps", type=int, default=128, help="PPO's n_steps (per slot)")
-    p.add_argument("--rollouts", type=int, default=2, help="PPO rollouts per learn()")
+    p.add_argument("--rollouts", type=int, default=4, help="PPO rollouts per learn() (default 4: 12,288 steps on simple_spread)")
     p.add_argument(
         "--modes",
         default=",".join(MODES),
