@@ -244,7 +244,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=500, help="timed vector steps of bare stepping")
     p.add_argument("--warmup", type=int, default=50, help="vector steps before the timed ones")
     p.add_argument("--n-steps", type=int, default=128, help="PPO's n_steps (per slot)")
-    p.add_argument("--rollouts", type=int, default=4, help="PPO rollouts per learn() (default 4: 12,288 steps on simple_spread)")
+    p.add_argument(
+        "--rollouts", type=int, default=4, help="PPO rollouts per learn() (default 4: 12,288 steps on simple_spread)"
+    )
     p.add_argument(
         "--modes",
         default=",".join(MODES),
