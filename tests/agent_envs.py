@@ -93,3 +93,19 @@ class PidAgentsEnv(DyingAgentsEnv):
 
     def pid(self):
         return os.getpid()
+
+
+def step_after_killing_copy_one(envs, actions):
+    """Step ``envs`` (two copies of :class:`PidAgentsEnv` with two agents, one worker each, restarts
+    on) after SIGKILL of copy 1's worker: the step's results, the restart's warning checked."""
+    import pytest
+
+    from tests.helpers import kill_and_wait
+
+    envs.reset(seed=0)
+    envs.step(actions)
+    pid = envs.call("pid")[2]  # copy 1's worker
+    assert pid != envs.call("pid")[0]
+    kill_and_wait(pid)
+    with pytest.warns(RuntimeWarning, match="restarting"):
+        return envs.step(actions)

@@ -15,8 +15,8 @@ from supersuit import concat_vec_envs_v1 as supersuit_concat_vec_envs_v1  # noqa
 
 import shmvec  # noqa: E402
 from shmvec.adapters.agents_concat import ShmAgentConcatVecEnv  # noqa: E402
-from tests.agent_envs import AbsentAgentEnv, DyingAgentsEnv, PidAgentsEnv  # noqa: E402
-from tests.helpers import assert_same, kill_and_wait  # noqa: E402
+from tests.agent_envs import AbsentAgentEnv, DyingAgentsEnv, PidAgentsEnv, step_after_killing_copy_one  # noqa: E402
+from tests.helpers import assert_same  # noqa: E402
 
 
 def assert_infos_equal(ours: list[dict], theirs: list[dict], where: str) -> None:
@@ -186,13 +186,7 @@ def test_a_restarted_copy_ends_the_episode_of_each_of_its_slots(closing):
     ``shmvec_restarted``, so a loop does not bootstrap across the restart."""
     envs = closing(shmvec.concat_vec_envs_v1(PidAgentsEnv(n_agents=2, max_steps=50), 2, 2, on_worker_failure="restart"))
     actions = np.zeros(envs.num_envs, np.int64)
-    envs.reset(seed=0)
-    envs.step(actions)
-    pid = envs.call("pid")[2]  # copy 1's worker
-    assert pid != envs.call("pid")[0]
-    kill_and_wait(pid)
-    with pytest.warns(RuntimeWarning, match="restarting"):
-        _, rewards, terminations, truncations, infos = envs.step(actions)
+    _, rewards, terminations, truncations, infos = step_after_killing_copy_one(envs, actions)
     assert truncations.tolist() == [False, False, True, True] and not terminations.any()
     assert [info.get("shmvec_restarted", False) for info in infos] == [False, False, True, True]
     assert rewards[2:].tolist() == [0, 0] and not any("terminal_observation" in info for info in infos)

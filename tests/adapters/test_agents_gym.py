@@ -14,7 +14,13 @@ from shmvec import ShmAgentVectorEnv  # noqa: E402
 from shmvec.adapters.agent_slots import slots_env_fns  # noqa: E402
 from shmvec.errors import InvalidActionError, ResetNeededError, SpaceMismatchError  # noqa: E402
 from shmvec.gymnasium_1_1 import AutoresetMode
-from tests.agent_envs import AbsentAgentEnv, DyingAgentsEnv, MixedSpacesEnv, PidAgentsEnv  # noqa: E402
+from tests.agent_envs import (  # noqa: E402
+    AbsentAgentEnv,
+    DyingAgentsEnv,
+    MixedSpacesEnv,
+    PidAgentsEnv,
+    step_after_killing_copy_one,
+)
 from tests.helpers import kill_and_wait  # noqa: E402
 
 pytestmark = pytest.mark.vector_api  # ShmAgentVectorEnv: Gymnasium 1.1 on (tests/conftest.py)
@@ -342,13 +348,7 @@ def test_a_restarted_copy_ends_the_episode_of_each_of_its_slots(closing, mode):
         )
     )
     actions = np.zeros(envs.num_envs, np.int64)
-    envs.reset(seed=0)
-    envs.step(actions)
-    pid = envs.call("pid")[2]  # copy 1's worker
-    assert pid != envs.call("pid")[0]
-    kill_and_wait(pid)
-    with pytest.warns(RuntimeWarning, match="restarting"):
-        _, rewards, terminations, truncations, infos = envs.step(actions)
+    _, rewards, terminations, truncations, infos = step_after_killing_copy_one(envs, actions)
     assert infos["_shmvec_restarted"].tolist() == [False, False, True, True]
     assert truncations.tolist() == [False, False, True, True] and not terminations.any()
     if mode is AutoresetMode.DISABLED:
